@@ -1,0 +1,1 @@
+"""mnemovault: governed long-term memory for AI agents."""
