@@ -1,1 +1,3 @@
 """mnemovault: governed long-term memory for AI agents."""
+
+__version__ = "0.1.0"

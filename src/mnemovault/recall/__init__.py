@@ -1,0 +1,1 @@
+"""Recall: hybrid retrieval (vector + full text) fused by rank, with recency and pin terms."""
