@@ -46,6 +46,7 @@ from mnemovault.models import (
     RecallFilters,
 )
 from mnemovault.recall.ranking import FusionWeights, fuse
+from mnemovault.recall.search import vector_candidates
 from mnemovault.store.db import Database
 
 log = logging.getLogger(__name__)
@@ -393,17 +394,12 @@ class MemoryVault:
         if who.subject is not None:
             f = f.model_copy(update={"subject": who.subject})
         qvec = self.embedder.embed([query])[0]
-        where, params = _filter_sql(scope, f)
+        where, params = _filter_sql(who.tenant, scope, f)
         n = max(self.settings.recall_candidates, k)
         params.update({"q": qvec, "qtext": query, "n": n})
         with self.db.transaction(who.tenant) as conn:
-            conn.execute(f"SET LOCAL hnsw.ef_search = {int(max(self.settings.hnsw_ef_search, n))}")
-            conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            vrows = conn.execute(
-                f"SELECT id, created_at, pinned, embedding <=> %(q)s AS distance FROM memories "
-                f"WHERE {where} ORDER BY embedding <=> %(q)s LIMIT %(n)s",
-                params,
-            ).fetchall()
+            vrows = vector_candidates(conn, qvec, where, params, n,
+                                      ef_search=self.settings.hnsw_ef_search)
             trows = conn.execute(
                 f"SELECT id, created_at, pinned FROM memories, "
                 f"(SELECT replace(plainto_tsquery('english', %(qtext)s)::text, '&', '|') AS qs) s "
@@ -411,8 +407,6 @@ class MemoryVault:
                 f"ORDER BY ts_rank_cd(tsv, qs::tsquery) DESC, id LIMIT %(n)s",
                 params,
             ).fetchall()
-            # relaxed_order may return rows slightly out of order: re-sort by distance
-            vrows.sort(key=lambda r: r["distance"])
             meta = {r["id"]: (r["created_at"], r["pinned"]) for r in (*vrows, *trows)}
             fused = fuse([(r["id"], 1.0 - float(r["distance"])) for r in vrows],
                          [r["id"] for r in trows], meta, datetime.now(UTC), self.weights)[:k]
@@ -552,9 +546,12 @@ def _parse_id(value: uuid.UUID | str, field: str) -> uuid.UUID:
         raise ValidationError(f"{field}: must be a UUID", field=field) from None
 
 
-def _filter_sql(scope: str, f: RecallFilters) -> tuple[str, dict[str, Any]]:
-    clauses = ["scope = %(scope)s", "status = 'active'"]
-    params: dict[str, Any] = {"scope": scope}
+def _filter_sql(tenant: str, scope: str, f: RecallFilters) -> tuple[str, dict[str, Any]]:
+    # The tenant is named here as well as by row-level security: the planner then sees its
+    # real row count (a tenant-sized scope goes to the HNSW index, a small one to the
+    # B-tree and an exact sort), and isolation is enforced twice (SPEC section 11).
+    clauses = ["tenant_id = %(tenant)s", "scope = %(scope)s", "status = 'active'"]
+    params: dict[str, Any] = {"tenant": tenant, "scope": scope}
     if not f.include_archived:
         clauses.append("NOT archived")
     if f.subject is not None:

@@ -5,7 +5,6 @@ one JSON shape, ``{"error": {"code", "message", "field"?, "details"?}}``, mapped
 :mod:`mnemovault.errors` hierarchy; request validation errors name the field and the rule.
 """
 
-from __future__ import annotations
 
 import uuid
 from collections.abc import Callable

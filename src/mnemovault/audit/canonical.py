@@ -177,7 +177,7 @@ def _reject_constant(name: str) -> Any:
 def _find_duplicate(obj: Any, path: str) -> tuple[str, str] | None:
     if isinstance(obj, _Pairs):
         seen: set[str] = set()
-        for key, value in obj:
+        for key, _value in obj:
             if key in seen:
                 return path, key
             seen.add(key)

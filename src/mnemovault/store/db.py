@@ -131,6 +131,9 @@ class Database:
     # -- application pool -----------------------------------------------------------------
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(self.app_role)))
+        # Plan every execution with its real parameters: a generic plan cannot tell a
+        # tenant-sized scope (HNSW) from a small one (B-tree and exact sort).
+        conn.execute("SET plan_cache_mode = force_custom_plan")
         register_vector(conn)
         conn.commit()
 

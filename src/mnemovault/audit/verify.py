@@ -1,0 +1,617 @@
+"""Offline verifier for an exported audit log (JSON Lines) and for stored rows.
+
+Usage::
+
+    python -m mnemovault.audit.verify FILE [--checkpoint CP [--public-key PK]]
+
+For each line, in order, it checks (see :mod:`mnemovault.audit.chain` for the format):
+
+1. the line is a JSON object in canonical form: no BOM, no CR, no duplicate key, sorted
+   keys, no whitespace, integers within ±(2**53 - 1) (:mod:`mnemovault.audit.canonical`);
+2. its keys are exactly the row schema, and the tenant is the first line's tenant;
+3. ``seq`` is the previous ``seq + 1`` (the first line has ``seq == 1``, unless
+   ``--allow-partial`` accepts a range export starting later);
+4. ``prev_hash`` equals the previous line's ``row_hash`` (32 zero bytes for ``seq 1``);
+5. ``row_hash == SHA-256(prev_hash || row bytes)`` recomputed from the line.
+
+The first failure is reported with its 1-based line number and the reason, and the
+exit status is 1. A chain alone can't reveal a file cut short at the tail or rewritten
+from the first changed row onwards; given a checkpoint (C2SP tlog-checkpoint, see
+:mod:`mnemovault.audit.checkpoint`) the verifier also recomputes the RFC 9162 Merkle root
+of the first ``tree size`` rows (leaf data = row bytes) and compares it with the
+checkpoint's root, which catches both.
+
+Speed: the file is read in large blocks and split in C; per line the work is one orjson
+parse, one canonical re-serialisation compared with the line, a splice that drops the two
+hash members (exact: see ``_Walker.run``), and one SHA-256 (two with a checkpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from mnemovault.audit.canonical import ORJSON_OPTIONS, diagnose_line, is_canonical
+from mnemovault.audit.chain import (
+    FIRST_SEQ,
+    GENESIS_HASH,
+    GENESIS_HEX,
+    HASHED_KEYS,
+    ROW_KEYS,
+)
+from mnemovault.audit.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    load_public_key,
+    open_checkpoint,
+    parse_checkpoint_unverified,
+)
+from mnemovault.audit.merkle import root_from_leaf_hashes
+
+__all__ = ["VerifyResult", "main", "verify_file", "verify_lines", "verify_rows"]
+
+_BLOCK: Final[int] = 16 * 1024 * 1024
+_HEX = frozenset("0123456789abcdef")
+_PREV_NEEDLE: Final[bytes] = b',"prev_hash":"'
+_ROW_NEEDLE: Final[bytes] = b',"row_hash":"'
+_LINE_HEAD: Final[bytes] = b'{"actor":'
+_KEY_ORDER: Final[tuple[str, ...]] = tuple(sorted(ROW_KEYS))
+
+
+@dataclass
+class VerifyResult:
+    """Outcome of a verification.
+
+    Attributes:
+        ok: True when every check passed.
+        rows: rows that passed every check (all of them when ``ok``).
+        tenant_id: tenant of the first row, if any.
+        first_seq, last_seq: ``seq`` range of the rows that passed.
+        head_hash: hex ``row_hash`` of the last row that passed.
+        anchored: True when the chain starts at ``seq 1`` from the genesis hash; False
+            for a range export accepted with ``allow_partial`` (its first ``prev_hash`` is
+            taken on trust).
+        error_line: 1-based line (or row position) of the first failure, None when the
+            failure is not tied to one line (truncation, rewrite, bad checkpoint).
+        error: why it failed.
+        checkpoint: the checkpoint checked, if any.
+        checkpoint_signature_verified: True when its signature was checked with a key.
+        merkle_root: hex RFC 9162 root of the rows compared with the checkpoint (or of
+            all rows when ``compute_root`` was asked for).
+    """
+
+    ok: bool = True
+    rows: int = 0
+    tenant_id: str | None = None
+    first_seq: int | None = None
+    last_seq: int | None = None
+    head_hash: str | None = None
+    anchored: bool = True
+    error_line: int | None = None
+    error: str | None = None
+    checkpoint: Checkpoint | None = None
+    checkpoint_signature_verified: bool = False
+    merkle_root: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """One human line (plus warnings) describing the result."""
+        if not self.ok:
+            where = f"line {self.error_line}: " if self.error_line is not None else ""
+            return f"FAIL {where}{self.error} ({self.rows} rows verified before it)"
+        parts = [f"OK {self.rows} rows"]
+        if self.rows:
+            parts.append(
+                f"seq {self.first_seq}..{self.last_seq}, tenant {self.tenant_id!r}, "
+                f"head {self.head_hash}"
+            )
+        if not self.anchored:
+            parts.append("partial range: first prev_hash taken on trust")
+        if self.checkpoint is not None:
+            how = (
+                "signature verified"
+                if self.checkpoint_signature_verified
+                else "signature NOT verified"
+            )
+            parts.append(
+                f"checkpoint {self.checkpoint.origin!r} size {self.checkpoint.size} "
+                f"root matches ({how})"
+            )
+        elif self.merkle_root is not None:
+            parts.append(f"merkle root {self.merkle_root}")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (checkpoint reduced to origin, size and hex root)."""
+        cp = self.checkpoint
+        return {
+            "ok": self.ok,
+            "rows": self.rows,
+            "tenant_id": self.tenant_id,
+            "first_seq": self.first_seq,
+            "last_seq": self.last_seq,
+            "head_hash": self.head_hash,
+            "anchored": self.anchored,
+            "error_line": self.error_line,
+            "error": self.error,
+            "checkpoint": None
+            if cp is None
+            else {
+                "origin": cp.origin,
+                "size": cp.size,
+                "root_hash": cp.root_hash.hex(),
+                "signature_verified": self.checkpoint_signature_verified,
+            },
+            "merkle_root": self.merkle_root,
+            "warnings": self.warnings,
+        }
+
+
+class _Failure(Exception):
+    def __init__(self, line: int | None, reason: str) -> None:
+        super().__init__(reason)
+        self.line = line
+        self.reason = reason
+
+
+def _is_hex64(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 64 and set(value) <= _HEX
+
+
+class _Walker:
+    """Chain state carried from one block of lines to the next."""
+
+    def __init__(self, allow_partial: bool, leaves_wanted: int) -> None:
+        self.allow_partial = allow_partial
+        self.lineno = 0
+        self.next_seq = 0  # 0: no row seen yet (a real seq is >= 1)
+        self.prev_raw = GENESIS_HASH
+        self.prev_hex = GENESIS_HEX
+        self.tenant: Any = None
+        self.first_seq: int | None = None
+        self.anchored = True
+        self.leaves_left = leaves_wanted
+        self.leaves = bytearray()
+
+    @property
+    def count(self) -> int:
+        """Rows that passed every check so far."""
+        if self.first_seq is None:
+            return 0
+        return self.next_seq - self.first_seq
+
+    def _start(self, lineno: int, d: dict[str, Any]) -> None:
+        """Take the first row: fix the tenant, the expected seq and the anchor."""
+        seq = d["seq"]
+        if type(seq) is not int or seq < FIRST_SEQ:
+            raise _Failure(lineno, f"seq must be an integer >= {FIRST_SEQ}, found {seq!r}")
+        tenant = d["tenant_id"]
+        if not isinstance(tenant, str) or not tenant:
+            raise _Failure(lineno, "tenant_id must be a non-empty string")
+        if seq != FIRST_SEQ:
+            if not self.allow_partial:
+                raise _Failure(
+                    lineno,
+                    f"the log starts at seq {seq}, expected {FIRST_SEQ}: "
+                    "rows are missing at the head (use --allow-partial "
+                    "for a range export)",
+                )
+            if not _is_hex64(d["prev_hash"]):
+                raise _Failure(lineno, "prev_hash must be 64 lowercase hex digits")
+            self.prev_hex = d["prev_hash"]
+            self.prev_raw = bytes.fromhex(self.prev_hex)
+            self.anchored = False
+        self.tenant = tenant
+        self.first_seq = seq
+        self.next_seq = seq
+
+    def _mismatch(self, lineno: int, d: dict[str, Any]) -> None:
+        """Explain a row whose keys, seq or prev_hash differ from what the chain needs."""
+        if tuple(d) != _KEY_ORDER:
+            missing = sorted(ROW_KEYS - d.keys())
+            extra = sorted(d.keys() - ROW_KEYS)
+            raise _Failure(
+                lineno,
+                f"row keys differ from the audit schema: missing {missing}, unexpected {extra}",
+            )
+        seq = d["seq"]
+        if type(seq) is not int or seq != self.next_seq:
+            prev = self.next_seq - 1
+            if type(seq) is int and seq <= prev:
+                why = "a row is repeated or out of order"
+            elif type(seq) is int:
+                why = "rows are missing or out of order"
+            else:
+                why = "seq must be an integer"
+            raise _Failure(
+                lineno, f"seq is {seq!r}, expected {self.next_seq} after seq {prev}: {why}"
+            )
+        if d["prev_hash"] != self.prev_hex:
+            raise _Failure(
+                lineno,
+                f"prev_hash {str(d['prev_hash'])[:16]}... does not match the "
+                f"row_hash of line {lineno - 1} ({self.prev_hex[:16]}...): "
+                "the chain is broken here",
+            )
+        raise _Failure(
+            lineno,
+            "tenant_id differs from the first row's "
+            f"({self.tenant!r}): one file holds one tenant's chain",
+        )
+
+    def run(self, lines: Sequence[bytes]) -> None:
+        """Verify a block of lines (no newlines); raise :class:`_Failure` at the first bad one.
+
+        The row bytes are cut out of the line instead of re-serialised. This is exact:
+
+        * ``line == dumps(d)`` makes the line canonical, so its top-level members are in
+          key order and the first is ``"actor"`` (checked: the line starts with
+          ``{"actor":``). ``d["prev_hash"]`` equals the previous 64-hex row hash, so the
+          top-level prev member is exactly the 79 bytes ``,"prev_hash":"<hex>"``. The
+          needle ``,"prev_hash":"`` can only occur in valid JSON as a member key (inside a
+          string its quotes would be escaped); if it occurs once, that is the top-level
+          member.
+        * ``,"row_hash":"`` is looked for from the right (in a real row only scalars
+          follow it). If that is not the top-level member, the cut-out bytes still contain
+          the top-level ``"row_hash":"<value>"`` and accepting would need
+          ``SHA-256(prev || bytes containing value) == value``: a hash fixed point.
+        * Removing two members (not the first) from a canonical object leaves the
+          canonical form of the object without them: the row bytes.
+
+        Anything else (a nested copy of the needle, a hash mismatch on the fast path)
+        is re-checked by re-serialising the row body, so the fast path only ever skips
+        work and never changes a verdict.
+        """
+        loads = orjson.loads
+        dumps = orjson.dumps
+        opt = ORJSON_OPTIONS
+        sha = hashlib.sha256
+        decode_errors = (orjson.JSONDecodeError, orjson.JSONEncodeError)
+        n_keys = len(ROW_KEYS)
+        key_order = _KEY_ORDER
+        prev_needle = _PREV_NEEDLE
+        row_needle = _ROW_NEEDLE
+        head = _LINE_HEAD
+        lineno = self.lineno
+        expected = self.next_seq
+        prev_raw = self.prev_raw
+        prev_hex = self.prev_hex
+        tenant = self.tenant
+        leaves_left = self.leaves_left
+        leaves = self.leaves
+        try:
+            for line in lines:
+                lineno += 1
+                try:
+                    d = loads(line)
+                    canonical = type(d) is dict and dumps(d, option=opt) == line
+                except decode_errors:
+                    canonical = False
+                if not canonical:
+                    raise _Failure(lineno, diagnose_line(line) or "not in canonical form")
+                if expected == 0:
+                    if tuple(d) != key_order:
+                        self._mismatch(lineno, d)
+                    self._start(lineno, d)
+                    expected, tenant = self.next_seq, self.tenant
+                    prev_raw, prev_hex = self.prev_raw, self.prev_hex
+                if (
+                    len(d) != n_keys
+                    or d.get("seq") != expected
+                    or d.get("prev_hash") != prev_hex
+                    or d.get("tenant_id") != tenant
+                    or type(d["seq"]) is not int
+                    or tuple(d) != key_order
+                ):
+                    self.lineno, self.next_seq, self.prev_hex = lineno, expected, prev_hex
+                    self._mismatch(lineno, d)
+                i = line.find(prev_needle)
+                j = line.rfind(row_needle)
+                if line.startswith(head) and 0 < i < j and line.find(prev_needle, i + 1) < 0:
+                    hashed = line[:i] + line[i + 79 : j] + line[j + 78 :]
+                    digest = sha(prev_raw + hashed).digest()
+                    hexd = digest.hex()
+                    if hexd != d["row_hash"]:
+                        hashed, digest, hexd = self._slow_hash(d, prev_raw)
+                else:
+                    hashed, digest, hexd = self._slow_hash(d, prev_raw)
+                if hexd != d["row_hash"]:
+                    rh = str(d["row_hash"])
+                    raise _Failure(
+                        lineno,
+                        f"row_hash {rh[:16]}... does not match the row: recomputed "
+                        f"{hexd[:16]}... (the row was altered)",
+                    )
+                if leaves_left:
+                    leaves += sha(b"\x00" + hashed).digest()
+                    leaves_left -= 1
+                prev_raw = digest
+                prev_hex = hexd
+                expected += 1
+        finally:
+            self.lineno = lineno
+            self.next_seq = expected
+            self.prev_raw = prev_raw
+            self.prev_hex = prev_hex
+            self.leaves_left = leaves_left
+
+    @staticmethod
+    def _slow_hash(d: dict[str, Any], prev_raw: bytes) -> tuple[bytes, bytes, str]:
+        """Row bytes by re-serialising the body; returns (row bytes, digest, hex digest)."""
+        body = {k: v for k, v in d.items() if k != "prev_hash" and k != "row_hash"}
+        hashed = orjson.dumps(body, option=ORJSON_OPTIONS)
+        digest = hashlib.sha256(prev_raw + hashed).digest()
+        return hashed, digest, digest.hex()
+
+
+def _load_checkpoint(
+    checkpoint: Checkpoint | str | os.PathLike[str],
+    public_key: Ed25519PublicKey | str | os.PathLike[str] | None,
+    key_name: str | None,
+) -> tuple[Checkpoint, bool]:
+    if isinstance(checkpoint, Checkpoint):
+        return checkpoint, checkpoint.signed_by is not None
+    text = os.fspath(checkpoint)
+    if "\n" not in text:
+        text = Path(text).read_text("utf-8")
+    if public_key is None:
+        return parse_checkpoint_unverified(text), False
+    pk = public_key if isinstance(public_key, Ed25519PublicKey) else load_public_key(public_key)
+    return open_checkpoint(text, pk, key_name), True
+
+
+def verify_lines(
+    blocks: Iterable[bytes],
+    checkpoint: Checkpoint | str | os.PathLike[str] | None = None,
+    public_key: Ed25519PublicKey | str | os.PathLike[str] | None = None,
+    *,
+    key_name: str | None = None,
+    allow_partial: bool = False,
+    compute_root: bool = False,
+) -> VerifyResult:
+    """Verify a JSON Lines audit log given as consecutive byte blocks (any split points).
+
+    Same checks and arguments as :func:`verify_file`; useful for a streamed export.
+    """
+    result = VerifyResult()
+    cp: Checkpoint | None = None
+    if checkpoint is not None:
+        try:
+            cp, result.checkpoint_signature_verified = _load_checkpoint(
+                checkpoint, public_key, key_name
+            )
+        except CheckpointError as exc:
+            result.ok = False
+            result.error = f"checkpoint rejected: {exc}"
+            return result
+        result.checkpoint = cp
+        if not result.checkpoint_signature_verified:
+            result.warnings.append("checkpoint signature not verified (no public key given)")
+    leaves_wanted = cp.size if cp is not None else (1 << 62 if compute_root else 0)
+    walker = _Walker(allow_partial, leaves_wanted)
+    tail = b""
+    try:
+        for block in blocks:
+            if not block:
+                continue
+            lines = (tail + block).split(b"\n")
+            tail = lines.pop()
+            walker.run(lines)
+        if tail:
+            raise _Failure(
+                walker.lineno + 1,
+                "last line has no terminating newline "
+                "(was the file cut short while being written?)",
+            )
+    except _Failure as failure:
+        result.ok = False
+        result.error_line = failure.line
+        result.error = failure.reason
+    result.rows = walker.count
+    result.tenant_id = walker.tenant
+    result.anchored = walker.anchored
+    if walker.count:
+        result.first_seq = walker.first_seq
+        result.last_seq = walker.next_seq - 1
+        result.head_hash = walker.prev_hex
+    if not result.ok:
+        return result
+    if cp is not None:
+        if not walker.anchored:
+            result.ok = False
+            result.error = "a checkpoint can only be checked against a log that starts at seq 1"
+        elif walker.count < cp.size:
+            result.ok = False
+            result.error = (
+                f"the file has {walker.count} rows but the checkpoint covers {cp.size}: "
+                f"rows {walker.count + 1}..{cp.size} are missing (truncated log)"
+            )
+        else:
+            got = root_from_leaf_hashes(bytes(walker.leaves))
+            result.merkle_root = got.hex()
+            if got != cp.root_hash:
+                result.ok = False
+                result.error = (
+                    f"the Merkle root of rows 1..{cp.size} is {got.hex()[:16]}..., the "
+                    f"checkpoint says {cp.root_hash.hex()[:16]}...: the log was rewritten"
+                )
+    elif compute_root and walker.anchored:
+        result.merkle_root = root_from_leaf_hashes(bytes(walker.leaves)).hex()
+    return result
+
+
+def _read_blocks(path: str | os.PathLike[str], block_size: int) -> Iterable[bytes]:
+    with open(path, "rb", buffering=0) as f:
+        while block := f.read(block_size):
+            yield block
+
+
+def verify_file(
+    path: str | os.PathLike[str],
+    checkpoint: Checkpoint | str | os.PathLike[str] | None = None,
+    public_key: Ed25519PublicKey | str | os.PathLike[str] | None = None,
+    *,
+    key_name: str | None = None,
+    allow_partial: bool = False,
+    compute_root: bool = False,
+    block_size: int = _BLOCK,
+) -> VerifyResult:
+    """Verify an exported audit log file (JSON Lines, one row a line).
+
+    Args:
+        path: the file.
+        checkpoint: a :class:`Checkpoint`, a signed checkpoint text, or a path to one.
+            When given, rows ``1 .. size`` must exist and their RFC 9162 root must equal
+            the checkpoint's root.
+        public_key: the log's Ed25519 key (object, PEM/vkey text, or a path); when given,
+            the checkpoint's signature is verified under ``key_name`` (default: its
+            origin); when not, the checkpoint is trusted as given and a warning is added.
+        key_name: signature key name, if it differs from the origin.
+        allow_partial: accept a range export that starts after ``seq 1`` (its first
+            ``prev_hash`` is taken on trust and no checkpoint can be checked).
+        compute_root: also compute the Merkle root of all rows (``merkle_root``).
+        block_size: bytes read at a time (memory use is about twice this).
+
+    Returns:
+        A :class:`VerifyResult`; ``ok`` is False with ``error_line`` and ``error`` at the
+        first failure. Verification failures never raise.
+
+    Raises:
+        OSError: the log, checkpoint or key file can't be read.
+    """
+    return verify_lines(
+        _read_blocks(path, block_size),
+        checkpoint,
+        public_key,
+        key_name=key_name,
+        allow_partial=allow_partial,
+        compute_root=compute_root,
+    )
+
+
+def verify_rows(
+    rows: Iterable[tuple[int, bytes, bytes, bytes]],
+    *,
+    start_seq: int = FIRST_SEQ,
+    start_prev_hash: bytes = GENESIS_HASH,
+    tenant_id: str | None = None,
+) -> VerifyResult:
+    """Verify rows as stored in the database, in ``seq`` order.
+
+    Args:
+        rows: ``(seq, row_bytes, prev_hash, row_hash)`` per row, hashes as raw 32 bytes.
+        start_seq: ``seq`` of the first row (default 1).
+        start_prev_hash: the ``row_hash`` of row ``start_seq - 1`` (genesis for 1).
+        tenant_id: if given, every row body must name this tenant.
+
+    Returns:
+        A :class:`VerifyResult` whose ``error_line`` is the 1-based position in ``rows``.
+        Checks: canonical row bytes with exactly the body keys, body ``seq`` equal to the
+        ``seq`` column and contiguous, stored ``prev_hash`` equal to the previous stored
+        ``row_hash``, and ``row_hash == SHA-256(prev_hash || row_bytes)``.
+    """
+    result = VerifyResult(anchored=start_seq == FIRST_SEQ, tenant_id=tenant_id)
+    expected = start_seq
+    prev = start_prev_hash
+    pos = 0
+    for pos, (seq, row_bytes, prev_hash, stored_hash) in enumerate(rows, start=1):
+        reason: str | None = None
+        if not is_canonical(row_bytes):
+            reason = diagnose_line(row_bytes) or "row bytes are not canonical"
+        else:
+            body = orjson.loads(row_bytes)
+            if body.keys() != HASHED_KEYS:
+                reason = "row body keys differ from the audit schema"
+            elif body["seq"] != seq or type(body["seq"]) is not int:
+                reason = f"body seq {body['seq']!r} differs from the stored seq {seq}"
+            elif seq != expected:
+                reason = f"seq is {seq}, expected {expected}: rows are missing or out of order"
+            elif tenant_id is not None and body["tenant_id"] != tenant_id:
+                reason = f"row belongs to tenant {body['tenant_id']!r}"
+            elif bytes(prev_hash) != prev:
+                reason = "prev_hash does not match the previous row_hash: the chain is broken"
+            elif hashlib.sha256(prev + bytes(row_bytes)).digest() != bytes(stored_hash):
+                reason = "row_hash does not match the row (the row was altered)"
+            elif result.tenant_id is None:
+                result.tenant_id = body["tenant_id"]
+        if reason is not None:
+            result.ok = False
+            result.error_line = pos
+            result.error = f"seq {seq}: {reason}"
+            return result
+        if result.first_seq is None:
+            result.first_seq = seq
+        result.rows += 1
+        result.last_seq = seq
+        prev = bytes(stored_hash)
+        expected += 1
+    if result.rows:
+        result.head_hash = prev.hex()
+    return result
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m mnemovault.audit.verify",
+        description="Verify a mnemovault audit log export (JSON Lines): canonical form, "
+        "seq, hash links, row hashes; with a checkpoint, also truncation and rewrites.",
+    )
+    parser.add_argument("file", type=Path, help="the JSON Lines export")
+    parser.add_argument("--checkpoint", type=Path, help="a saved signed checkpoint file")
+    parser.add_argument(
+        "--public-key",
+        help="the log's Ed25519 public key: PEM or vkey "
+        "file, or vkey text; verifies the checkpoint signature",
+    )
+    parser.add_argument("--key-name", help="checkpoint signing key name (default: origin)")
+    parser.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="accept a range export that does not start at seq 1",
+    )
+    parser.add_argument("--root", action="store_true", help="print the Merkle root of all rows")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line entry point. Returns 0 (valid), 1 (verification failed), 2 (usage/IO)."""
+    args = _build_parser().parse_args(argv)
+    if args.public_key and not args.checkpoint:
+        print("error: --public-key needs --checkpoint", file=sys.stderr)
+        return 2
+    try:
+        result = verify_file(
+            args.file,
+            args.checkpoint,
+            args.public_key,
+            key_name=args.key_name,
+            allow_partial=args.allow_partial,
+            compute_root=args.root,
+        )
+    except (OSError, CheckpointError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(orjson.dumps(result.to_dict()).decode())
+    else:
+        for warning in result.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        if result.ok:
+            print(result.summary())
+        else:
+            print(f"{args.file}: {result.summary()}")
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
