@@ -15,8 +15,8 @@ import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from mnemovault.config import Settings  # noqa: E402
-from mnemovault.vault import MemoryVault  # noqa: E402
+from mnemovault.config import Settings
+from mnemovault.vault import MemoryVault
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 _counter = itertools.count()

@@ -47,7 +47,7 @@ class State:
 
 
 def _state(ctx: typer.Context) -> State:
-    return ctx.ensure_object(State)  # type: ignore[no-any-return]
+    return ctx.ensure_object(State)
 
 
 @app.callback()
@@ -128,7 +128,7 @@ def keys_create(
     """Create an API key. The token is printed once and never stored."""
     try:
         with _vault(ctx) as vault:
-            token, key_id = vault.create_key(tenant, role, name=name)  # type: ignore[arg-type]
+            token, key_id = vault.create_key(tenant, role, name=name)
     except MnemoError as exc:
         _fail(exc)
         return

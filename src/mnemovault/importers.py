@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import ValidationError as PydanticValidationError
 
 from mnemovault.errors import ValidationError
-from mnemovault.models import MemoryInput
+from mnemovault.models import MemoryInput, Provenance
 
 _SESSION_RE = re.compile(r"^session_(\d+)$")
 
@@ -80,8 +80,9 @@ def locomo_items(data: Any, source: str = "locomo") -> Iterator[MemoryInput]:
                     subject=turn["speaker"],
                     type="episode",
                     created_at=created,
-                    provenance={"source": source, "source_id": turn["dia_id"],
-                                "dia_id": turn["dia_id"], "session": n},
+                    provenance=Provenance.model_validate(
+                        {"source": source, "source_id": turn["dia_id"],
+                         "dia_id": turn["dia_id"], "session": n}),
                 )
 
 
@@ -114,7 +115,8 @@ def jsonl_items(lines: Iterator[str], default_scope: str, source: str) -> Iterat
             prov["source_id"] = str(rec["source_id"])
         try:
             yield MemoryInput(content=rec["text"], scope=rec.get("scope") or default_scope,
-                              subject=rec.get("subject"), created_at=created, provenance=prov)
+                              subject=rec.get("subject"), created_at=created,
+                              provenance=Provenance.model_validate(prov))
         except PydanticValidationError as exc:
             e = exc.errors()[0]
             field = ".".join(str(p) for p in e["loc"])

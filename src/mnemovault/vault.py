@@ -14,19 +14,19 @@ If any step fails nothing is stored.
 
 from __future__ import annotations
 
+import builtins
 import hmac
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import psycopg
-from pydantic import ValidationError as PydanticValidationError
 from psycopg.types.json import Jsonb
+from pydantic import ValidationError as PydanticValidationError
 
 from mnemovault.audit import log as audit
 from mnemovault.auth import ROLE_PERMISSIONS, Principal, Role, hash_secret, new_key, parse_token
@@ -42,8 +42,8 @@ from mnemovault.models import (
     Memory,
     MemoryInput,
     Page,
-    Receipt,
     RecallFilters,
+    Receipt,
 )
 from mnemovault.recall.ranking import FusionWeights, fuse
 from mnemovault.recall.search import vector_candidates
@@ -57,7 +57,9 @@ _MEMORY_COLUMNS = (
 )
 
 
-def validation_error_from_pydantic(exc: PydanticValidationError, prefix: str = "") -> ValidationError:
+def validation_error_from_pydantic(
+    exc: PydanticValidationError, prefix: str = ""
+) -> ValidationError:
     """Turn pydantic's error list into one :class:`ValidationError` naming the first field."""
     errors = exc.errors()
     first = errors[0]
@@ -467,19 +469,20 @@ class MemoryVault:
             raise ValidationError("limit: must be an integer in 1..100", field="limit")
         scope = scope if scope is not None else who.scope
         who.check_scope(scope)
-        clauses, params = ["true"], {"limit": limit + 1}  # type: ignore[dict-item]
+        clauses: list[str] = ["true"]
+        params: dict[str, Any] = {"limit": limit + 1}
         if scope is not None:
             clauses.append("scope = %(scope)s")
-            params["scope"] = scope  # type: ignore[assignment]
+            params["scope"] = scope
         subject = who.subject or subject
         if subject is not None:
             clauses.append("subject_id = %(subject)s")
-            params["subject"] = subject  # type: ignore[assignment]
+            params["subject"] = subject
         if not include_superseded:
             clauses.append("status <> 'superseded'")
         if cursor is not None:
             clauses.append("id > %(cursor)s")
-            params["cursor"] = _parse_id(cursor, "cursor")  # type: ignore[assignment]
+            params["cursor"] = _parse_id(cursor, "cursor")
         with self.db.transaction(who.tenant) as conn:
             rows = conn.execute(
                 f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE {' AND '.join(clauses)} "
@@ -492,7 +495,7 @@ class MemoryVault:
 
     # -- forget ---------------------------------------------------------------------------
     def forget_preview(self, ids: Sequence[uuid.UUID | str], *,
-                       principal: Principal | None = None) -> list[dict[str, Any]]:
+                       principal: Principal | None = None) -> builtins.list[dict[str, Any]]:
         """What :meth:`delete` of ``ids`` would remove (versions included); deletes nothing."""
         who = self._who(principal)
         who.require("memory:read")
@@ -571,6 +574,3 @@ def _filter_sql(tenant: str, scope: str, f: RecallFilters) -> tuple[str, dict[st
         params["until"] = f.until
     return " AND ".join(clauses), params
 
-
-ProgressFn = Callable[[int], None]
-_ = np  # numpy arrays flow through the pgvector adapter

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from mnemovault import __version__
 from mnemovault.auth import Principal
 from mnemovault.errors import MnemoError, Unauthenticated
-from mnemovault.models import ForgetResult, Hit, Memory, MemoryInput, Page, Receipt, RecallFilters
+from mnemovault.models import ForgetResult, Hit, Memory, MemoryInput, Page, RecallFilters, Receipt
 from mnemovault.vault import MemoryVault
 
 

@@ -22,8 +22,9 @@ of the first ``tree size`` rows (leaf data = row bytes) and compares it with the
 checkpoint's root, which catches both.
 
 Speed: the file is read in large blocks and split in C; per line the work is one orjson
-parse, one canonical re-serialisation compared with the line, a splice that drops the two
-hash members (exact: see ``_Walker.run``), and one SHA-256 (two with a checkpoint).
+parse, two canonical serialisations (the whole line, compared byte for byte, and the row
+body without the hash members, which is what gets hashed), a few dict look-ups and one
+SHA-256 (two with a checkpoint).
 """
 
 from __future__ import annotations
@@ -61,9 +62,6 @@ __all__ = ["VerifyResult", "main", "verify_file", "verify_lines", "verify_rows"]
 
 _BLOCK: Final[int] = 16 * 1024 * 1024
 _HEX = frozenset("0123456789abcdef")
-_PREV_NEEDLE: Final[bytes] = b',"prev_hash":"'
-_ROW_NEEDLE: Final[bytes] = b',"row_hash":"'
-_LINE_HEAD: Final[bytes] = b'{"actor":'
 _KEY_ORDER: Final[tuple[str, ...]] = tuple(sorted(ROW_KEYS))
 
 
@@ -251,36 +249,18 @@ class _Walker:
     def run(self, lines: Sequence[bytes]) -> None:
         """Verify a block of lines (no newlines); raise :class:`_Failure` at the first bad one.
 
-        The row bytes are cut out of the line instead of re-serialised. This is exact:
-
-        * ``line == dumps(d)`` makes the line canonical, so its top-level members are in
-          key order and the first is ``"actor"`` (checked: the line starts with
-          ``{"actor":``). ``d["prev_hash"]`` equals the previous 64-hex row hash, so the
-          top-level prev member is exactly the 79 bytes ``,"prev_hash":"<hex>"``. The
-          needle ``,"prev_hash":"`` can only occur in valid JSON as a member key (inside a
-          string its quotes would be escaped); if it occurs once, that is the top-level
-          member.
-        * ``,"row_hash":"`` is looked for from the right (in a real row only scalars
-          follow it). If that is not the top-level member, the cut-out bytes still contain
-          the top-level ``"row_hash":"<value>"`` and accepting would need
-          ``SHA-256(prev || bytes containing value) == value``: a hash fixed point.
-        * Removing two members (not the first) from a canonical object leaves the
-          canonical form of the object without them: the row bytes.
-
-        Anything else (a nested copy of the needle, a hash mismatch on the fast path)
-        is re-checked by re-serialising the row body, so the fast path only ever skips
-        work and never changes a verdict.
+        Per line: one parse, one canonical re-serialisation compared with the line (which
+        also rules out duplicate keys, BOM and CR), an exact key check, the seq, tenant
+        and link comparisons, then the two hash members are dropped from the parsed
+        object and the rest re-serialised: by definition of the canonical form those are
+        the row bytes that were hashed at write time.
         """
         loads = orjson.loads
         dumps = orjson.dumps
         opt = ORJSON_OPTIONS
         sha = hashlib.sha256
         decode_errors = (orjson.JSONDecodeError, orjson.JSONEncodeError)
-        n_keys = len(ROW_KEYS)
         key_order = _KEY_ORDER
-        prev_needle = _PREV_NEEDLE
-        row_needle = _ROW_NEEDLE
-        head = _LINE_HEAD
         lineno = self.lineno
         expected = self.next_seq
         prev_raw = self.prev_raw
@@ -305,30 +285,23 @@ class _Walker:
                     expected, tenant = self.next_seq, self.tenant
                     prev_raw, prev_hex = self.prev_raw, self.prev_hex
                 if (
-                    len(d) != n_keys
-                    or d.get("seq") != expected
+                    d.get("seq") != expected
                     or d.get("prev_hash") != prev_hex
                     or d.get("tenant_id") != tenant
-                    or type(d["seq"]) is not int
                     or tuple(d) != key_order
+                    or type(d["seq"]) is not int
                 ):
                     self.lineno, self.next_seq, self.prev_hex = lineno, expected, prev_hex
                     self._mismatch(lineno, d)
-                i = line.find(prev_needle)
-                j = line.rfind(row_needle)
-                if line.startswith(head) and 0 < i < j and line.find(prev_needle, i + 1) < 0:
-                    hashed = line[:i] + line[i + 79 : j] + line[j + 78 :]
-                    digest = sha(prev_raw + hashed).digest()
-                    hexd = digest.hex()
-                    if hexd != d["row_hash"]:
-                        hashed, digest, hexd = self._slow_hash(d, prev_raw)
-                else:
-                    hashed, digest, hexd = self._slow_hash(d, prev_raw)
-                if hexd != d["row_hash"]:
-                    rh = str(d["row_hash"])
+                rh = d.pop("row_hash")
+                del d["prev_hash"]
+                hashed = dumps(d, option=opt)
+                digest = sha(prev_raw + hashed).digest()
+                hexd = digest.hex()
+                if hexd != rh:
                     raise _Failure(
                         lineno,
-                        f"row_hash {rh[:16]}... does not match the row: recomputed "
+                        f"row_hash {str(rh)[:16]}... does not match the row: recomputed "
                         f"{hexd[:16]}... (the row was altered)",
                     )
                 if leaves_left:
@@ -343,14 +316,6 @@ class _Walker:
             self.prev_raw = prev_raw
             self.prev_hex = prev_hex
             self.leaves_left = leaves_left
-
-    @staticmethod
-    def _slow_hash(d: dict[str, Any], prev_raw: bytes) -> tuple[bytes, bytes, str]:
-        """Row bytes by re-serialising the body; returns (row bytes, digest, hex digest)."""
-        body = {k: v for k, v in d.items() if k != "prev_hash" and k != "row_hash"}
-        hashed = orjson.dumps(body, option=ORJSON_OPTIONS)
-        digest = hashlib.sha256(prev_raw + hashed).digest()
-        return hashed, digest, digest.hex()
 
 
 def _load_checkpoint(

@@ -53,7 +53,7 @@ def start_embedded(data_dir: Path) -> str:
         if not exists:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE_NAME)))
             log.info("created database %s in %s", DATABASE_NAME, pgdata)
-    return server.get_uri(database=DATABASE_NAME)  # type: ignore[no-any-return]
+    return str(server.get_uri(database=DATABASE_NAME))
 
 
 def pgdata_dir(data_dir: Path) -> Path:

@@ -13,7 +13,8 @@ def run_migrations_online() -> None:
     assert url is not None
     engine = create_engine(url, poolclass=pool.NullPool)
     with engine.connect() as connection:
-        context.configure(connection=connection, target_metadata=None, transaction_per_migration=True)
+        context.configure(connection=connection, target_metadata=None,
+                          transaction_per_migration=True)
         with context.begin_transaction():
             context.run_migrations()
 

@@ -165,5 +165,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for table in ("audit_log", "audit_heads", "outbox", "memories", "api_keys", "tenants", "mv_meta"):
+    for table in ("audit_log", "audit_heads", "outbox", "memories", "api_keys", "tenants",
+                  "mv_meta"):
         op.execute(f"DROP TABLE IF EXISTS {table}")

@@ -1,0 +1,113 @@
+"""Importers and the CLI, end to end against the session's embedded database."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mnemovault.cli import app
+from mnemovault.errors import ValidationError
+from mnemovault.importers import read_file
+from mnemovault.vault import MemoryVault
+
+from .conftest import SHARED
+
+runner = CliRunner()
+
+
+def _cli(data_dir: Path, tenant: str, *args: str) -> object:
+    return runner.invoke(app, ["--data-dir", str(data_dir), "--tenant", tenant, *args])
+
+
+def test_jsonl_import_recall_list_delete(tmp_path: Path, data_dir: Path, tenant: str,
+                                        vault: MemoryVault) -> None:
+    f = tmp_path / "chat.jsonl"
+    f.write_text("\n".join(json.dumps(r) for r in [
+        {"text": "Oskar: I repaired the old lighthouse radio today.", "subject": "oskar",
+         "timestamp": "2025-02-01T10:00:00+00:00", "source_id": "m1"},
+        {"text": "Lena: The ferry timetable changes in April.", "subject": "lena",
+         "source_id": "m2"},
+    ]) + "\n\n", encoding="utf-8")
+    res = _cli(data_dir, tenant, "import", str(f), "--scope", "harbour", "--json")
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary["imported"] == 2 and summary["format"] == "jsonl"
+
+    res = _cli(data_dir, tenant, "recall", "who fixed a radio?", "--scope", "harbour",
+               "-k", "1", "--json")
+    assert res.exit_code == 0, res.output
+    hit = json.loads(res.stdout)[0]["memory"]
+    assert hit["content"].startswith("Oskar") and hit["subject"] == "oskar"
+    assert hit["provenance"]["source_id"] == "m1"
+    assert hit["created_at"].startswith("2025-02-01")
+
+    page = json.loads(_cli(data_dir, tenant, "list", "--scope", "harbour", "--json").stdout)
+    assert len(page["items"]) == 2
+
+    res = _cli(data_dir, tenant, "delete", hit["id"], "--yes", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["deleted"] == [hit["id"]]
+    page = vault.list(scope="harbour", principal=vault.principal(tenant))
+    assert [m.content[:4] for m in page.items] == ["Lena"]
+
+
+def test_bad_jsonl_line_is_named_and_nothing_is_imported(tmp_path: Path, data_dir: Path,
+                                                         tenant: str, vault: MemoryVault) -> None:
+    f = tmp_path / "bad.jsonl"
+    f.write_text('{"text": "fine"}\n{"txt": "typo"}\n', encoding="utf-8")
+    with pytest.raises(ValidationError) as err:
+        read_file(f)
+    assert err.value.field == "line 2.text"
+    res = _cli(data_dir, tenant, "import", str(f))
+    assert res.exit_code == 2
+    assert "line 2" in res.output
+    assert vault.list(principal=vault.principal(tenant)).items == []
+
+
+def test_remember_and_keys_commands(data_dir: Path, tenant: str) -> None:
+    res = _cli(data_dir, tenant, "remember", "Tea, no sugar", "--scope", "prefs", "--key",
+               "drink", "--json")
+    assert res.exit_code == 0, res.output
+    first = json.loads(res.stdout)
+    res = _cli(data_dir, tenant, "remember", "Coffee, black", "--scope", "prefs", "--key",
+               "drink", "--json")
+    second = json.loads(res.stdout)
+    assert second["superseded"] == first["id"] and second["version"] == 2
+
+    res = _cli(data_dir, tenant, "keys", "create", "--tenant", tenant, "--role", "service",
+               "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["token"].startswith(f"mvk_{tenant}_")
+    res = _cli(data_dir, tenant, "keys", "create", "--tenant", tenant, "--role", "root")
+    assert res.exit_code == 2 and "role" in res.output
+
+
+def test_demo_runs_and_is_idempotent(data_dir: Path) -> None:
+    res = runner.invoke(app, ["--data-dir", str(data_dir), "demo", "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert report["import"]["imported"] == 18
+    top = report["recall"][1]["hits"][0]["content"]
+    assert "market" in top
+    res = runner.invoke(app, ["--data-dir", str(data_dir), "demo", "--json"])
+    assert "skipped" in json.loads(res.stdout)["import"]
+
+
+LOCOMO = SHARED / "datasets" / "locomo" / "locomo10.json"
+
+
+@pytest.mark.skipif(not LOCOMO.exists(), reason="LoCoMo not available")
+def test_locomo_reader_maps_turns() -> None:
+    plan = read_file(LOCOMO)
+    assert plan.format == "locomo"
+    assert len(plan.items) == 5882
+    first = plan.items[0]
+    assert first.scope == "conv-26" and first.subject == "Caroline"
+    assert first.content.startswith("Caroline: ")
+    assert first.provenance.model_extra["dia_id"] == "D1:1"
+    assert first.created_at is not None and first.created_at.year == 2023
+    with_image = [i for i in plan.items if "[image: " in i.content]
+    assert with_image, "image captions are kept"
