@@ -33,7 +33,7 @@ from mnemovault.auth import ROLE_PERMISSIONS, Principal, Role, hash_secret, new_
 from mnemovault.auth import validate_tenant as _validate_tenant
 from mnemovault.config import Settings
 from mnemovault.embed import Embedder, make_embedder
-from mnemovault.errors import NotFound, Unauthenticated, ValidationError
+from mnemovault.errors import Conflict, NotFound, Unauthenticated, ValidationError
 from mnemovault.governance import forget as forget_mod
 from mnemovault.ids import uuid7
 from mnemovault.models import (
@@ -303,8 +303,18 @@ class MemoryVault:
         inputs = self._sanitise(inputs)
         prepared = self._pseudonymise(inputs, who)
         vectors = self.embedder.embed([p.content for p in prepared])
+        try:
+            return self._store(prepared, vectors, who, request_id, trigger)
+        except psycopg.errors.UniqueViolation:
+            raise Conflict(
+                "key: a concurrent write created a version of this key; retrying is safe",
+                field="key") from None
+
+    def _store(self, prepared: builtins.list[_Prepared], vectors: Any, who: Principal,
+               request_id: str | None, trigger: str) -> builtins.list[Receipt]:
+        """Step 6 of the write path: one transaction with the memories and the audit row."""
         now = datetime.now(UTC)
-        receipts: list[Receipt] = []
+        receipts: builtins.list[Receipt] = []
         with self.db.transaction(who.tenant) as conn:
             if who.key_id is None:
                 self._ensure_tenant(conn, who.tenant)

@@ -6,10 +6,12 @@ one JSON shape, ``{"error": {"code", "message", "field"?, "details"?}}``, mapped
 """
 
 
+import logging
 import uuid
 from collections.abc import Callable
 from typing import Annotated, Any
 
+import psycopg
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -17,9 +19,11 @@ from pydantic import BaseModel, Field
 
 from mnemovault import __version__
 from mnemovault.auth import Principal
-from mnemovault.errors import MnemoError, Unauthenticated
+from mnemovault.errors import MnemoError, Unauthenticated, Unavailable
 from mnemovault.models import ForgetResult, Hit, Memory, MemoryInput, Page, RecallFilters, Receipt
 from mnemovault.vault import MemoryVault
+
+log = logging.getLogger(__name__)
 
 
 class BatchCreate(BaseModel):
@@ -67,6 +71,14 @@ def create_app(vault: MemoryVault) -> FastAPI:
     @app.exception_handler(MnemoError)
     async def mnemo_error(request: Request, exc: MnemoError) -> JSONResponse:
         return _error(exc, getattr(request.state, "request_id", None))
+
+    @app.exception_handler(psycopg.Error)
+    async def database_error(request: Request, exc: psycopg.Error) -> JSONResponse:
+        # Never echo the driver's message: it can quote row values (SPEC section 12).
+        log.error("database error %s on %s (request %s)", type(exc).__name__,
+                  request.url.path, getattr(request.state, "request_id", None))
+        return _error(Unavailable("database: the operation failed; nothing was changed"),
+                      getattr(request.state, "request_id", None))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
