@@ -11,12 +11,14 @@ from mnemovault.errors import ConfigError
 from mnemovault.store.db import Database
 from mnemovault.vault import MemoryVault
 
-TENANT_TABLES = ("tenants", "api_keys", "memories", "outbox", "audit_heads", "audit_log")
+TENANT_TABLES = ("tenants", "api_keys", "memories", "outbox", "audit_heads", "audit_log",
+                 "pii_tenant_keys", "pii_values", "pii_deks")
+HEAD = "0002"
 
 
 def test_migrations_from_empty_reach_head(vault: MemoryVault) -> None:
     db = Database(vault.db.url)
-    assert db.current_revision() == "0001"
+    assert db.current_revision() == HEAD
     with psycopg.connect(vault.db.url) as conn:
         tables = {r[0] for r in conn.execute(
             "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
@@ -42,7 +44,7 @@ def test_migrations_from_empty_reach_head(vault: MemoryVault) -> None:
 
 def test_second_upgrade_is_a_no_op(vault: MemoryVault) -> None:
     before, after = Database(vault.db.url).upgrade(384)
-    assert before == after == "0001"
+    assert before == after == HEAD
 
 
 def test_app_role_is_not_privileged(vault: MemoryVault) -> None:

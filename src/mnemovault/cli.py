@@ -31,8 +31,12 @@ app = typer.Typer(help="mnemovault: governed long-term memory for AI agents.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 db_app = typer.Typer(help="Database administration.", no_args_is_help=True)
 keys_app = typer.Typer(help="API keys.", no_args_is_help=True)
+kek_app = typer.Typer(help="Key-encryption keys of the PII vault.", no_args_is_help=True)
+pii_app = typer.Typer(help="The PII vault: entries, shredding, export.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(keys_app, name="keys")
+app.add_typer(kek_app, name="kek")
+app.add_typer(pii_app, name="vault")
 
 out = Console()
 err = Console(stderr=True)
@@ -140,6 +144,83 @@ def keys_create(
         err.print("[dim]store it now: it cannot be shown again[/]")
 
 
+# -- kek and vault -----------------------------------------------------------------------------
+@kek_app.command("rotate")
+def kek_rotate(
+    ctx: typer.Context,
+    retire: Annotated[bool, typer.Option(
+        help="Destroy the old KEK versions after rewrapping (irreversible).")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Rewrap every data key under a new KEK version (ciphertexts are not touched)."""
+    try:
+        with _vault(ctx) as vault:
+            res = vault.rotate_kek(retire=retire)
+    except MnemoError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _emit_json(res)
+    else:
+        out.print(f"KEK version {res['kek_version']} is current; rewrapped {res['rewrapped']} "
+                  f"data keys in {res['tenants']} tenant(s)"
+                  + (f"; destroyed versions {res['retired']}" if res["retired"] else ""))
+
+
+@pii_app.command("list")
+def vault_list(ctx: typer.Context,
+               limit: Annotated[int, typer.Option(help="Page size (1-100).")] = 50,
+               cursor: Annotated[str | None, typer.Option(help="Last placeholder seen.")] = None,
+               as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """List vault entries (metadata only, never values)."""
+    try:
+        with _vault(ctx) as vault:
+            rows = vault.vault_entries(limit=limit, cursor=cursor)
+    except MnemoError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _emit_json(rows)
+        return
+    table = Table()
+    for col in ("placeholder", "kind", "created", "shredded"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["placeholder"], r["kind"], str(r["created_at"])[:19],
+                      str(r["shredded_at"])[:19] if r["shredded_at"] else "")
+    out.print(table)
+
+
+@pii_app.command("shred")
+def vault_shred(ctx: typer.Context,
+                placeholders: Annotated[list[str], typer.Argument(help="Placeholders.")],
+                as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Crypto-shred values: every record using them shows [erased] from now on."""
+    try:
+        with _vault(ctx) as vault:
+            done = vault.shred(placeholders, trigger="cli")
+    except MnemoError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _emit_json({"shredded": done})
+    else:
+        out.print(f"shredded {len(done)} value(s)")
+
+
+@pii_app.command("export")
+def vault_export(ctx: typer.Context) -> None:
+    """Every live entry with its value, as JSON Lines on stdout (audited)."""
+    try:
+        with _vault(ctx) as vault:
+            rows = vault.vault_export()
+    except MnemoError as exc:
+        _fail(exc)
+        return
+    for r in rows:
+        sys.stdout.write(json.dumps(r, default=str, ensure_ascii=False) + "\n")
+
+
 # -- remember / recall ----------------------------------------------------------------------
 @app.command()
 def remember(
@@ -149,13 +230,21 @@ def remember(
     subject: Annotated[str | None, typer.Option(help="Who the memory is about.")] = None,
     key: Annotated[str | None, typer.Option(help="Upsert key: a new version supersedes.")] = None,
     type: Annotated[str, typer.Option(help="episode, fact or procedure.")] = "episode",
+    entity: Annotated[list[str] | None, typer.Option(
+        help="A personal value to pseudonymise, as kind=value (repeatable).")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Remember one memory."""
+    entities = []
+    for e in entity or []:
+        kind, sep, value = e.partition("=")
+        if not sep:
+            _fail(ValidationError("entity: must be kind=value", field="entity"))
+        entities.append({"kind": kind, "value": value})
     try:
         with _vault(ctx) as vault:
             r = vault.remember(text, scope=scope, subject=subject, key=key, type=type,
-                               provenance={"source": "cli"})
+                               provenance={"source": "cli"}, entities=entities)
     except MnemoError as exc:
         _fail(exc)
         return
@@ -164,6 +253,8 @@ def remember(
     else:
         extra = f", supersedes {r.superseded}" if r.superseded else ""
         out.print(f"remembered [bold]{r.id}[/] (version {r.version}{extra})")
+        if r.placeholders:
+            out.print("new vault entries: " + " ".join(r.placeholders), highlight=False)
 
 
 @app.command()
@@ -173,12 +264,13 @@ def recall(
     scope: Annotated[str, typer.Option(help="Scope to search.")] = "default",
     k: Annotated[int, typer.Option("-k", help="How many results (1-100).")] = 5,
     subject: Annotated[str | None, typer.Option(help="Only this subject.")] = None,
+    reveal: Annotated[bool, typer.Option(help="Show personal values (audited).")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Recall the memories that best match a query."""
     try:
         with _vault(ctx) as vault:
-            hits = vault.recall(query, scope=scope, k=k,
+            hits = vault.recall(query, scope=scope, k=k, reveal=reveal,
                                 filters={"subject": subject} if subject else None)
     except MnemoError as exc:
         _fail(exc)

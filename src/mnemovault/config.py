@@ -44,6 +44,10 @@ class Settings(BaseSettings):
     recall_recency_half_life_days: float = 30.0
     hnsw_ef_search: int = 100
 
+    kek: str | None = None  # MNEMOVAULT_KEK: base64 of 32 bytes (else the key file)
+    kek_file: Path | None = None  # default <data_dir>/kek.json, created 0600
+    phone_default_region: str | None = None  # e.g. "GB": numbers without a country code
+
     pii_pseudonymize: bool = Field(default=True, validation_alias="PII_PSEUDONYMIZE")
     allow_semantic_forget: bool = Field(default=False, validation_alias="ALLOW_SEMANTIC_FORGET")
 

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import ValidationError as PydanticValidationError
 
 from mnemovault.errors import ValidationError
-from mnemovault.models import MemoryInput, Provenance
+from mnemovault.models import Entity, MemoryInput, Provenance
 
 _SESSION_RE = re.compile(r"^session_(\d+)$")
 
@@ -58,6 +58,9 @@ def locomo_items(data: Any, source: str = "locomo") -> Iterator[MemoryInput]:
         except (KeyError, TypeError):
             raise ValidationError(f"file: sample {si} lacks sample_id or conversation",
                                   field=f"[{si}]") from None
+        # the speakers' names are personal values: pseudonymised wherever they appear
+        speakers = [Entity(kind="person", value=str(conv[k]))
+                    for k in ("speaker_a", "speaker_b") if conv.get(k)]
         sessions = sorted(
             (int(m.group(1)), key) for key in conv if (m := _SESSION_RE.match(key))
         )
@@ -80,6 +83,7 @@ def locomo_items(data: Any, source: str = "locomo") -> Iterator[MemoryInput]:
                     subject=turn["speaker"],
                     type="episode",
                     created_at=created,
+                    entities=speakers,
                     provenance=Provenance.model_validate(
                         {"source": source, "source_id": turn["dia_id"],
                          "dia_id": turn["dia_id"], "session": n}),

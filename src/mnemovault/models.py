@@ -56,6 +56,24 @@ class Provenance(BaseModel):
                 raise ValueError(f"{k}: at most 1000 characters")
 
 
+class Entity(BaseModel):
+    """A personal value the caller names (``{"kind": "person", "value": "Ada Lovelace"}``):
+    it goes into the vault and is recognised wherever it appears, now and later."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(pattern=r"^[a-z][a-z_]{0,31}$")
+    value: str = Field(min_length=1, max_length=1000)
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, v: str) -> str:
+        v = _check_text(v, max_len=1000, allow_newlines=False)
+        if not v.strip():
+            raise ValueError("must not be blank")
+        return v
+
+
 class MemoryInput(BaseModel):
     """One memory to remember."""
 
@@ -68,6 +86,7 @@ class MemoryInput(BaseModel):
     key: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_CHARS)
     provenance: Provenance = Field(default_factory=Provenance)
     created_at: datetime | None = None
+    entities: list[Entity] = Field(default_factory=list, max_length=100)
 
     @field_validator("content")
     @classmethod

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from pydantic import ValidationError as PydanticValidationError
 
@@ -42,9 +43,14 @@ from mnemovault.models import (
     Memory,
     MemoryInput,
     Page,
+    Provenance,
     RecallFilters,
     Receipt,
 )
+from mnemovault.pii.crypto import KeyRing
+from mnemovault.pii.detect import Detector
+from mnemovault.pii.pseudonymise import Pseudonymiser
+from mnemovault.pii.vault import PLACEHOLDER_RE, PiiVault, render
 from mnemovault.recall.ranking import FusionWeights, fuse
 from mnemovault.recall.search import vector_candidates
 from mnemovault.store.db import Database
@@ -105,10 +111,14 @@ class MemoryVault:
     Without one, the caller is the local operator: owner of the tenant ``settings.tenant``.
     """
 
-    def __init__(self, db: Database, embedder: Embedder, settings: Settings) -> None:
+    def __init__(self, db: Database, embedder: Embedder, settings: Settings,
+                 keyring: KeyRing | None = None) -> None:
         self.db = db
         self.embedder = embedder
         self.settings = settings
+        self.keyring = keyring or load_keyring(settings)
+        self.pii = PiiVault(self.keyring)
+        self.detectors = default_detectors(settings)
         self.weights = FusionWeights(
             rrf_k=settings.recall_rrf_k,
             vector=settings.recall_vector_weight,
@@ -151,7 +161,7 @@ class MemoryVault:
         db.open()
         if not settings.pii_pseudonymize:
             log.warning("PII_PSEUDONYMIZE=false: personal values are stored as written")
-        return cls(db, embedder, settings)
+        return cls(db, embedder, settings, load_keyring(settings))
 
     def close(self) -> None:
         self.db.close()
@@ -247,9 +257,56 @@ class MemoryVault:
         """Injection sanitiser for imported/tool text (SPEC section 7). Seam: unchanged."""
         return items
 
-    def _pseudonymise(self, items: list[MemoryInput], principal: Principal) -> list[_Prepared]:
-        """PII detection and placeholders (SPEC section 3). Seam: text stored as given."""
-        return [_Prepared(item=i, content=i.content, placeholders=[]) for i in items]
+    def _pseudonymiser(self, conn: psycopg.Connection[Any], tenant: str) -> Pseudonymiser:
+        return Pseudonymiser(self.pii, self.detectors, conn, tenant)
+
+    def _pseudonymise(self, conn: psycopg.Connection[Any], items: list[MemoryInput],
+                      principal: Principal) -> list[_Prepared]:
+        """Step 4 (SPEC section 3): every free-text field (content, scope, subject, key, tags,
+        provenance values) is rewritten with placeholders; caller-named entities go into the
+        vault first, so they are recognised in this batch too. Runs in the write transaction,
+        so new vault entries commit or roll back with the memories."""
+        if not self.settings.pii_pseudonymize:
+            return [_Prepared(item=i, content=i.content, placeholders=[]) for i in items]
+        ps = self._pseudonymiser(conn, principal.tenant)
+        created: list[list[str]] = []
+        registered: set[tuple[str, str]] = set()
+        for item in items:
+            new: list[str] = []
+            for e in item.entities:
+                if (e.kind, e.value) in registered:
+                    continue
+                registered.add((e.kind, e.value))
+                placeholder, was_created = ps.register(e.kind, e.value)
+                if was_created:
+                    new.append(placeholder)
+            created.append(new)
+        out = []
+        for item, new in zip(items, created, strict=True):
+            def rw(value: str | None, _new: list[str] = new) -> str | None:
+                if value is None:
+                    return None
+                r = ps.rewrite(value)
+                _new.extend(p for p in r.created if p not in _new)
+                return r.text
+
+            prov = item.provenance.model_dump(exclude_none=True)
+            prov = {k: (rw(v) if isinstance(v, str) else v) for k, v in prov.items()}
+            prov["tags"] = [rw(t) for t in item.provenance.tags]
+            rewritten = item.model_copy(update={
+                "scope": rw(item.scope), "subject": rw(item.subject), "key": rw(item.key),
+                "provenance": Provenance.model_validate(prov), "entities": []})
+            content = rw(item.content) or ""
+            out.append(_Prepared(item=rewritten, content=content, placeholders=new))
+        return out
+
+    def _translate(self, conn: psycopg.Connection[Any], tenant: str,
+                   value: str | None) -> str | None:
+        """Read-side pseudonymisation: the placeholders a value would have been stored under
+        (lookups only; nothing is written)."""
+        if value is None or not self.settings.pii_pseudonymize:
+            return value
+        return self._pseudonymiser(conn, tenant).rewrite(value, create=False).text
 
     def remember(
         self,
@@ -261,12 +318,15 @@ class MemoryVault:
         key: str | None = None,
         provenance: dict[str, Any] | None = None,
         created_at: datetime | None = None,
+        entities: builtins.list[dict[str, str]] | None = None,
         principal: Principal | None = None,
         request_id: str | None = None,
     ) -> Receipt:
-        """Remember one memory. See :meth:`remember_many`."""
+        """Remember one memory. See :meth:`remember_many`. ``entities`` names personal values
+        (``[{"kind": "person", "value": "Ada"}]``) to pseudonymise here and from now on."""
         item = {"content": content, "scope": scope, "subject": subject, "type": type,
-                "key": key, "provenance": provenance or {}, "created_at": created_at}
+                "key": key, "provenance": provenance or {}, "created_at": created_at,
+                "entities": entities or []}
         try:
             parsed = MemoryInput.model_validate(item)
         except PydanticValidationError as exc:
@@ -301,53 +361,57 @@ class MemoryVault:
             who.check_scope(item.scope)
         self._guard(inputs, who)
         inputs = self._sanitise(inputs)
-        prepared = self._pseudonymise(inputs, who)
-        vectors = self.embedder.embed([p.content for p in prepared])
         try:
-            return self._store(prepared, vectors, who, request_id, trigger)
+            with self.db.transaction(who.tenant) as conn:
+                if who.key_id is None:
+                    self._ensure_tenant(conn, who.tenant)
+                prepared = self._pseudonymise(conn, inputs, who)
+                vectors = self.embedder.embed([p.content for p in prepared])  # step 5
+                return self._store(conn, prepared, vectors, who, request_id, trigger)
         except psycopg.errors.UniqueViolation:
             raise Conflict(
                 "key: a concurrent write created a version of this key; retrying is safe",
                 field="key") from None
 
-    def _store(self, prepared: builtins.list[_Prepared], vectors: Any, who: Principal,
-               request_id: str | None, trigger: str) -> builtins.list[Receipt]:
-        """Step 6 of the write path: one transaction with the memories and the audit row."""
+    def _store(self, conn: psycopg.Connection[Any], prepared: builtins.list[_Prepared],
+               vectors: Any, who: Principal, request_id: str | None,
+               trigger: str) -> builtins.list[Receipt]:
+        """Step 6 of the write path: the memories and the audit row, in the caller's
+        transaction."""
         now = datetime.now(UTC)
         receipts: builtins.list[Receipt] = []
-        with self.db.transaction(who.tenant) as conn:
-            if who.key_id is None:
-                self._ensure_tenant(conn, who.tenant)
-            rows = []
-            for p, vec in zip(prepared, vectors, strict=True):
-                mid = uuid7()
-                parent, version = None, 1
-                if p.item.key is not None:
-                    old = conn.execute(
-                        "UPDATE memories SET status = 'superseded', updated_at = %s "
-                        "WHERE scope = %s AND key = %s AND status <> 'superseded' "
-                        "RETURNING id, version",
-                        (now, p.item.scope, p.item.key),
-                    ).fetchone()
-                    if old is not None:
-                        parent, version = old["id"], old["version"] + 1
-                row = (who.tenant, mid, p.item.scope, p.item.subject, p.item.type, p.content,
-                       p.item.key, vec, p.item.created_at or now, now,
-                       Jsonb(p.item.provenance.model_dump(exclude_none=True)), parent, version)
-                if p.item.key is not None:
-                    self._insert(conn, [row])  # before the next item may supersede it
-                else:
-                    rows.append(row)
-                receipts.append(Receipt(id=mid, scope=p.item.scope, version=version,
-                                        superseded=parent, placeholders=p.placeholders,
-                                        audit_seq=0))
-            self._insert(conn, rows)
-            seq = audit.append(
-                conn, tenant=who.tenant, operation="REMEMBER", actor=who.actor, agent=who.agent,
-                memory_ids=[str(r.id) for r in receipts], trigger=trigger, request_id=request_id,
-                details={"count": len(receipts),
-                         "superseded": sum(1 for r in receipts if r.superseded)},
-            )
+        rows = []
+        for p, vec in zip(prepared, vectors, strict=True):
+            mid = uuid7()
+            parent, version = None, 1
+            if p.item.key is not None:
+                old = conn.execute(
+                    "UPDATE memories SET status = 'superseded', updated_at = %s "
+                    "WHERE scope = %s AND key = %s AND status <> 'superseded' "
+                    "RETURNING id, version",
+                    (now, p.item.scope, p.item.key),
+                ).fetchone()
+                if old is not None:
+                    parent, version = old["id"], old["version"] + 1
+            row = (who.tenant, mid, p.item.scope, p.item.subject, p.item.type, p.content,
+                   p.item.key, vec, p.item.created_at or now, now,
+                   Jsonb(p.item.provenance.model_dump(exclude_none=True)), parent, version)
+            if p.item.key is not None:
+                self._insert(conn, [row])  # before the next item may supersede it
+            else:
+                rows.append(row)
+            receipts.append(Receipt(id=mid, scope=p.item.scope, version=version,
+                                    superseded=parent, placeholders=p.placeholders,
+                                    audit_seq=0))
+        self._insert(conn, rows)
+        seq = audit.append(
+            conn, tenant=who.tenant, operation="REMEMBER", actor=who.actor, agent=who.agent,
+            memory_ids=[str(r.id) for r in receipts], trigger=trigger, request_id=request_id,
+            details={"count": len(receipts),
+                     "superseded": sum(1 for r in receipts if r.superseded),
+                     "placeholders_created": sorted({p for r in receipts
+                                                     for p in r.placeholders})},
+        )
         for r in receipts:
             r.audit_seq = seq
         return receipts
@@ -374,6 +438,8 @@ class MemoryVault:
         filters: RecallFilters | dict[str, Any] | None = None,
         principal: Principal | None = None,
         touch: bool = True,
+        reveal: bool = False,
+        request_id: str | None = None,
     ) -> list[Hit]:
         """The ``k`` best memories in ``scope`` for ``query``, best first.
 
@@ -383,6 +449,11 @@ class MemoryVault:
         reciprocal rank plus recency and pin terms (:mod:`mnemovault.recall.ranking`).
         Archived, superseded and pending-review memories are excluded unless
         ``filters.include_archived`` (archived only; the others never).
+
+        The query, scope and subject are pseudonymised like stored text (lookups only), so
+        a query naming a known person finds the memories stored under their placeholder.
+        Output shows placeholders; ``reveal=True`` (permission ``pii:reveal``) shows the
+        original values and is audited.
 
         Raises:
             ValidationError: blank query, k outside 1..100, bad filter.
@@ -405,11 +476,17 @@ class MemoryVault:
         f = filters or RecallFilters()
         if who.subject is not None:
             f = f.model_copy(update={"subject": who.subject})
-        qvec = self.embedder.embed([query])[0]
-        where, params = _filter_sql(who.tenant, scope, f)
+        if reveal:
+            who.require("pii:reveal")
         n = max(self.settings.recall_candidates, k)
-        params.update({"q": qvec, "qtext": query, "n": n})
         with self.db.transaction(who.tenant) as conn:
+            # the query, scope and subject as they would have been stored (placeholders)
+            query = self._translate(conn, who.tenant, query) or query
+            scope = self._translate(conn, who.tenant, scope) or scope
+            f = f.model_copy(update={"subject": self._translate(conn, who.tenant, f.subject)})
+            qvec = self.embedder.embed([query])[0]
+            where, params = _filter_sql(who.tenant, scope, f)
+            params.update({"qtext": query, "n": n})
             vrows = vector_candidates(conn, qvec, where, params, n,
                                       ef_search=self.settings.hnsw_ef_search)
             trows = conn.execute(
@@ -435,12 +512,42 @@ class MemoryVault:
                 rows = conn.execute(
                     f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE id = ANY(%s)", (ids,)
                 ).fetchall()
-        by_id = {r["id"]: Memory.from_row(r) for r in rows}
+            by_id = {m.id: m for m in self._render(
+                conn, who, [Memory.from_row(r) for r in rows], reveal=reveal,
+                request_id=request_id)}
         return [Hit(memory=by_id[x.id], score=x.score, similarity=x.similarity,
                     vector_rank=x.vector_rank, text_rank=x.text_rank)
                 for x in fused if x.id in by_id]
 
-    def get(self, memory_id: uuid.UUID | str, *, principal: Principal | None = None) -> Memory:
+    def _render(self, conn: psycopg.Connection[Any], who: Principal,
+                memories: builtins.list[Memory], *, reveal: bool,
+                request_id: str | None = None) -> builtins.list[Memory]:
+        """Output rendering (SPEC section 3): shredded placeholders become ``[erased]`` for
+        every caller; with ``reveal`` (needs ``pii:reveal``) the others become their
+        original values, and a ``REVEAL`` audit row names the placeholders and memories."""
+        fields = ("content", "subject", "key", "scope")
+        found = {m.group(0) for mem in memories for fld in fields
+                 for m in PLACEHOLDER_RE.finditer(getattr(mem, fld) or "")}
+        if not found:
+            return memories
+        if reveal:
+            who.require("pii:reveal")
+            values = self.pii.reveal_values(conn, who.tenant, found)
+            erased: set[str] = set()
+            audit.append(conn, tenant=who.tenant, operation="REVEAL", actor=who.actor,
+                         agent=who.agent, memory_ids=[str(m.id) for m in memories],
+                         request_id=request_id,
+                         details={"placeholders": sorted(values), "count": len(values)})
+        else:
+            values, erased = {}, self.pii.erased_placeholders(conn, found)
+            if not erased:
+                return memories
+        return [m.model_copy(update={fld: render(getattr(m, fld), values, erased)
+                                     for fld in fields if getattr(m, fld)})
+                for m in memories]
+
+    def get(self, memory_id: uuid.UUID | str, *, principal: Principal | None = None,
+            reveal: bool = False, request_id: str | None = None) -> Memory:
         """One memory by id, whatever its status.
 
         Raises:
@@ -449,13 +556,16 @@ class MemoryVault:
         who = self._who(principal)
         who.require("memory:read")
         mid = _parse_id(memory_id, "id")
+        if reveal:
+            who.require("pii:reveal")
         with self.db.transaction(who.tenant) as conn:
             row = conn.execute(
                 f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE id = %s", (mid,)
             ).fetchone()
-        if row is None or (who.scope is not None and row["scope"] != who.scope):
-            raise NotFound("id: no memory with this id", field="id")
-        return Memory.from_row(row)
+            if row is None or (who.scope is not None and row["scope"] != who.scope):
+                raise NotFound("id: no memory with this id", field="id")
+            return self._render(conn, who, [Memory.from_row(row)], reveal=reveal,
+                                request_id=request_id)[0]
 
     def list(
         self,
@@ -494,12 +604,16 @@ class MemoryVault:
             clauses.append("id > %(cursor)s")
             params["cursor"] = _parse_id(cursor, "cursor")
         with self.db.transaction(who.tenant) as conn:
+            for name in ("scope", "subject"):
+                if name in params:
+                    params[name] = self._translate(conn, who.tenant, params[name])
             rows = conn.execute(
                 f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE {' AND '.join(clauses)} "
                 f"ORDER BY id LIMIT %(limit)s",
                 params,
             ).fetchall()
-        items = [Memory.from_row(r) for r in rows[:limit]]
+            items = self._render(conn, who, [Memory.from_row(r) for r in rows[:limit]],
+                                 reveal=False)
         nxt = items[-1].id if len(rows) > limit else None
         return Page(items=items, next_cursor=nxt)
 
@@ -542,12 +656,151 @@ class MemoryVault:
             )
         return ForgetResult(deleted=deleted, not_found=missing, audit_seq=seq)
 
+    # -- PII vault --------------------------------------------------------------------------
+    def vault_entries(self, *, limit: int = 50, cursor: str | None = None,
+                      principal: Principal | None = None) -> builtins.list[dict[str, Any]]:
+        """Vault entries, metadata only (placeholder, kind, created, shredded), ordered by
+        placeholder; ``cursor`` = the last placeholder seen. Needs ``memory:read``."""
+        who = self._who(principal)
+        who.require("memory:read")
+        if not isinstance(limit, int) or not 1 <= limit <= 100:
+            raise ValidationError("limit: must be an integer in 1..100", field="limit")
+        with self.db.transaction(who.tenant) as conn:
+            return conn.execute(
+                "SELECT placeholder, kind, created_at, shredded_at FROM pii_values "
+                "WHERE placeholder > %s ORDER BY placeholder LIMIT %s",
+                (cursor or "", limit)).fetchall()
+
+    def vault_entry(self, placeholder: str, *, reveal: bool = False,
+                    principal: Principal | None = None,
+                    request_id: str | None = None) -> dict[str, Any]:
+        """One entry; with ``reveal`` (``pii:reveal``) its value too, audited.
+
+        Raises:
+            NotFound: no such placeholder in this tenant.
+        """
+        who = self._who(principal)
+        who.require("memory:read")
+        if reveal:
+            who.require("pii:reveal")
+        with self.db.transaction(who.tenant) as conn:
+            row = conn.execute(
+                "SELECT placeholder, kind, created_at, shredded_at FROM pii_values "
+                "WHERE placeholder = %s", (placeholder,)).fetchone()
+            if row is None:
+                raise NotFound("placeholder: no such vault entry", field="placeholder")
+            if reveal:
+                row["value"] = self.pii.reveal_values(conn, who.tenant, [placeholder])[
+                    placeholder]
+                audit.append(conn, tenant=who.tenant, operation="REVEAL", actor=who.actor,
+                             agent=who.agent, request_id=request_id, trigger="vault",
+                             details={"placeholders": [placeholder], "count": 1})
+            return dict(row)
+
+    def shred(self, placeholders: Sequence[str], *, principal: Principal | None = None,
+              request_id: str | None = None, trigger: str = "api") -> builtins.list[str]:
+        """Crypto-shred vault values: their DEKs and ciphertexts are destroyed in one
+        transaction with a ``SHRED`` audit row; every record using them renders
+        ``[erased]`` from now on, for every caller. Needs ``subject:erase``.
+
+        Returns the placeholders shredded (already-shredded or unknown ones are skipped).
+        """
+        who = self._who(principal)
+        who.require("subject:erase")
+        wanted = [p for p in placeholders if PLACEHOLDER_RE.fullmatch(p)]
+        if len(wanted) != len(placeholders) or not wanted:
+            raise ValidationError("placeholders: each must look like {kind:p_<10 hex>}",
+                                  field="placeholders")
+        with self.db.transaction(who.tenant) as conn:
+            done = self.pii.shred(conn, wanted)
+            if done:
+                audit.append(conn, tenant=who.tenant, operation="SHRED", actor=who.actor,
+                             agent=who.agent, request_id=request_id, trigger=trigger,
+                             details={"placeholders": done, "count": len(done)})
+        return done
+
+    def vault_export(self, *, principal: Principal | None = None,
+                     request_id: str | None = None) -> builtins.list[dict[str, Any]]:
+        """Every live entry with its value (owner only: ``pii:reveal`` and
+        ``admin:export``), audited as ``VAULT_EXPORT``."""
+        who = self._who(principal)
+        who.require("admin:export")
+        who.require("pii:reveal")
+        with self.db.transaction(who.tenant) as conn:
+            rows = conn.execute(
+                "SELECT placeholder, kind, created_at FROM pii_values "
+                "WHERE shredded_at IS NULL ORDER BY placeholder").fetchall()
+            values = self.pii.reveal_values(conn, who.tenant, [r["placeholder"] for r in rows])
+            audit.append(conn, tenant=who.tenant, operation="VAULT_EXPORT", actor=who.actor,
+                         agent=who.agent, request_id=request_id,
+                         details={"count": len(rows)})
+        return [{**r, "value": values[r["placeholder"]]} for r in rows]
+
+    def rotate_kek(self, *, retire: bool = False) -> dict[str, Any]:
+        """Operator path (the database owner's connection, every tenant): make a new KEK
+        version current and rewrap every DEK and tenant secret under it; ciphertexts are
+        not touched. With ``retire`` the old versions are then destroyed (removed from the
+        key file), so a wrapped DEK left in old table pages, WAL or a backup can no longer
+        be opened. Each tenant gets a ``KEK_ROTATE`` audit row."""
+        from mnemovault.pii.crypto import Sealed, dek_aad, open_sealed, seal, secret_aad
+
+        old_versions = sorted(self.keyring.keys)
+        new = self.keyring.add_version()
+        counts: dict[str, int] = {}
+        new_key = self.keyring.current_key
+        with psycopg.connect(self.db.url, row_factory=dict_row) as conn, conn.transaction():
+            for r in conn.execute("SELECT tenant_id, kek_version, nonce, wrapped_secret "
+                                  "FROM pii_tenant_keys WHERE kek_version <> %s",
+                                  (new,)).fetchall():
+                t = r["tenant_id"]
+                secret = open_sealed(self.keyring.kek(r["kek_version"]),
+                                     Sealed(bytes(r["nonce"]), bytes(r["wrapped_secret"])),
+                                     secret_aad(t, r["kek_version"]))
+                sealed = seal(new_key, secret, secret_aad(t, new))
+                conn.execute("UPDATE pii_tenant_keys SET kek_version = %s, nonce = %s, "
+                             "wrapped_secret = %s WHERE tenant_id = %s",
+                             (new, sealed.nonce, sealed.ciphertext, t))
+            for r in conn.execute("SELECT tenant_id, placeholder, kek_version, nonce, "
+                                  "wrapped_dek FROM pii_deks WHERE kek_version <> %s",
+                                  (new,)).fetchall():
+                t, ph = r["tenant_id"], r["placeholder"]
+                dek = open_sealed(self.keyring.kek(r["kek_version"]),
+                                  Sealed(bytes(r["nonce"]), bytes(r["wrapped_dek"])),
+                                  dek_aad(t, ph, r["kek_version"]))
+                sealed = seal(new_key, dek, dek_aad(t, ph, new))
+                conn.execute("UPDATE pii_deks SET kek_version = %s, nonce = %s, "
+                             "wrapped_dek = %s WHERE tenant_id = %s AND placeholder = %s",
+                             (new, sealed.nonce, sealed.ciphertext, t, ph))
+                counts[t] = counts.get(t, 0) + 1
+            for t, n in sorted(counts.items()):
+                conn.execute("SELECT set_config('mnemovault.tenant_id', %s, true)", (t,))
+                audit.append(conn, tenant=t, operation="KEK_ROTATE", actor="operator",
+                             details={"kek_version": new, "rewrapped": n, "retire": retire})
+        if retire:
+            self.keyring.retire([v for v in old_versions if v != new])
+        return {"kek_version": new, "rewrapped": sum(counts.values()),
+                "tenants": len(counts), "retired": old_versions if retire else []}
+
     # -- health ---------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
         with self.db.unscoped() as conn:
             conn.execute("SELECT 1")
         return {"status": "ok", "embedder": self.embedder.model,
                 "dimension": self.embedder.dimension}
+
+
+def load_keyring(settings: Settings) -> KeyRing:
+    """The KEKs: ``MNEMOVAULT_KEK``, else the key file (default ``<data_dir>/kek.json``)."""
+    path = settings.kek_file or (Path(settings.data_dir).expanduser() / "kek.json")
+    return KeyRing.load(env_value=settings.kek, key_file=path)
+
+
+def default_detectors(settings: Settings) -> builtins.list[Detector]:
+    """The built-in detectors (no model needed): email, phone, IBAN, card, IP."""
+    from mnemovault.pii import detect
+
+    return [detect.EmailDetector(), detect.PhoneDetector(settings.phone_default_region),
+            detect.IbanDetector(), detect.CardDetector(), detect.IpDetector()]
 
 
 def _parse_id(value: uuid.UUID | str, field: str) -> uuid.UUID:

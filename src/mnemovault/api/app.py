@@ -9,17 +9,18 @@ one JSON shape, ``{"error": {"code", "message", "field"?, "details"?}}``, mapped
 import logging
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from typing import Annotated, Any
 
 import psycopg
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from mnemovault import __version__
 from mnemovault.auth import Principal
-from mnemovault.errors import MnemoError, Unauthenticated, Unavailable
+from mnemovault.errors import MnemoError, NotFound, Unauthenticated, Unavailable
 from mnemovault.models import ForgetResult, Hit, Memory, MemoryInput, Page, RecallFilters, Receipt
 from mnemovault.vault import MemoryVault
 
@@ -35,6 +36,15 @@ class RecallRequest(BaseModel):
     scope: str = Field(min_length=1, max_length=200)
     k: int = Field(default=10, ge=1, le=100)
     filters: RecallFilters = Field(default_factory=RecallFilters)
+    reveal: bool = False
+
+
+class VaultEntry(BaseModel):
+    placeholder: str
+    kind: str
+    created_at: datetime
+    shredded_at: datetime | None = None
+    value: str | None = None
 
 
 class RecallResponse(BaseModel):
@@ -132,23 +142,53 @@ def create_app(vault: MemoryVault) -> FastAPI:
                           include_superseded=include_superseded, principal=who)
 
     @app.get("/v1/memories/{memory_id}", response_model=Memory, tags=["memories"])
-    def get_memory(memory_id: uuid.UUID, who: Auth) -> Memory:
-        return vault.get(memory_id, principal=who)
+    def get_memory(memory_id: uuid.UUID, who: Auth, request: Request,
+                   reveal: bool = False) -> Memory:
+        """``reveal=true`` shows original personal values (permission ``pii:reveal``)."""
+        return vault.get(memory_id, principal=who, reveal=reveal, request_id=rid(request))
 
     @app.delete("/v1/memories/{memory_id}", response_model=DeleteResponse, tags=["memories"])
     def delete_memory(memory_id: uuid.UUID, who: Auth, request: Request) -> DeleteResponse:
         """Forget one memory and all its versions (the governed forget path)."""
         res = vault.delete([memory_id], principal=who, trigger="api", request_id=rid(request))
         if not res.deleted:
-            from mnemovault.errors import NotFound
-
             raise NotFound("memory_id: no memory with this id", field="memory_id")
         return DeleteResponse(**res.model_dump())
 
     @app.post("/v1/recall", response_model=RecallResponse, tags=["recall"])
-    def recall(body: RecallRequest, who: Auth) -> RecallResponse:
+    def recall(body: RecallRequest, who: Auth, request: Request) -> RecallResponse:
         hits = vault.recall(body.query, scope=body.scope, k=body.k, filters=body.filters,
-                            principal=who)
+                            principal=who, reveal=body.reveal, request_id=rid(request))
         return RecallResponse(hits=hits)
+
+    @app.get("/v1/vault", tags=["vault"])
+    def vault_list(who: Auth, limit: Annotated[int, Query(ge=1, le=100)] = 50,
+                   cursor: str | None = None) -> list[VaultEntry]:
+        """Vault entries, metadata only; ``cursor`` = last placeholder seen."""
+        return [VaultEntry(**r) for r in
+                vault.vault_entries(limit=limit, cursor=cursor, principal=who)]
+
+    @app.get("/v1/vault/export", tags=["vault"])
+    def vault_export(who: Auth, request: Request) -> Response:
+        """Every live entry with its value, as JSON Lines (owner only)."""
+        rows = vault.vault_export(principal=who, request_id=rid(request))
+        body = "".join(VaultEntry(**r).model_dump_json() + "\n" for r in rows)
+        return Response(body, media_type="application/x-ndjson")
+
+    @app.get("/v1/vault/{placeholder}", tags=["vault"])
+    def vault_get(placeholder: str, who: Auth, request: Request,
+                  reveal: bool = False) -> VaultEntry:
+        """One entry; the value only with ``reveal=true`` and ``pii:reveal`` (audited)."""
+        return VaultEntry(**vault.vault_entry(placeholder, reveal=reveal, principal=who,
+                                              request_id=rid(request)))
+
+    @app.delete("/v1/vault/{placeholder}", tags=["vault"])
+    def vault_shred(placeholder: str, who: Auth, request: Request) -> dict[str, Any]:
+        """Crypto-shred one value (permission ``subject:erase``): renders ``[erased]``
+        everywhere from now on."""
+        done = vault.shred([placeholder], principal=who, request_id=rid(request))
+        if not done:
+            raise NotFound("placeholder: no live vault entry", field="placeholder")
+        return {"shredded": done}
 
     return app

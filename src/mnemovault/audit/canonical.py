@@ -146,7 +146,16 @@ def canonical_json(obj: Any) -> bytes:
             key, a lone surrogate or an unsupported type; the message names the key path
             (for example ``$.details.count``).
     """
-    # Validate first: orjson would silently write NaN as null and does not name the path.
+    # Fast path: orjson already refuses big integers, non-str keys and lone surrogates.
+    # What it would let through (NaN/inf written as null, datetime/UUID/dataclass/enum
+    # written as strings or objects) does not read back equal, and tuples read back as
+    # lists: all of those take the slow path, which names the offending path.
+    try:
+        out = _dumps(obj, option=ORJSON_OPTIONS)
+        if _loads(out) == obj:
+            return out
+    except (orjson.JSONEncodeError, orjson.JSONDecodeError):
+        pass
     _check_value(obj, "$")
     try:
         return _dumps(obj, option=ORJSON_OPTIONS)

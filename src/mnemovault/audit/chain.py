@@ -106,11 +106,8 @@ def format_ts(dt: datetime) -> str:
     """
     if dt.tzinfo is None or dt.utcoffset() is None:
         raise ValueError("audit timestamps need an aware datetime (naive datetime given)")
-    u = dt.astimezone(UTC)
-    return (
-        f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:"
-        f"{u.second:02d}.{u.microsecond:06d}Z"
-    )
+    u = dt if dt.tzinfo is UTC else dt.astimezone(UTC)
+    return u.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def parse_ts(text: str) -> datetime:

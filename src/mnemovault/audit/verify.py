@@ -8,7 +8,10 @@ For each line, in order, it checks (see :mod:`mnemovault.audit.chain` for the fo
 
 1. the line is a JSON object in canonical form: no BOM, no CR, no duplicate key, sorted
    keys, no whitespace, integers within ±(2**53 - 1) (:mod:`mnemovault.audit.canonical`);
-2. its keys are exactly the row schema, and the tenant is the first line's tenant;
+2. it has the chain members ``seq``, ``tenant_id``, ``prev_hash``, ``row_hash``, and the
+   tenant is the first line's tenant (the other members are hashed but not held to a
+   schema here: :func:`mnemovault.audit.chain.parse_export_line` does that; an integrity
+   check that ignores the field list keeps old exports verifiable after rows gain a field);
 3. ``seq`` is the previous ``seq + 1`` (the first line has ``seq == 1``, unless
    ``--allow-partial`` accepts a range export starting later);
 4. ``prev_hash`` equals the previous line's ``row_hash`` (32 zero bytes for ``seq 1``);
@@ -46,8 +49,6 @@ from mnemovault.audit.chain import (
     FIRST_SEQ,
     GENESIS_HASH,
     GENESIS_HEX,
-    HASHED_KEYS,
-    ROW_KEYS,
 )
 from mnemovault.audit.checkpoint import (
     Checkpoint,
@@ -60,9 +61,9 @@ from mnemovault.audit.merkle import root_from_leaf_hashes
 
 __all__ = ["VerifyResult", "main", "verify_file", "verify_lines", "verify_rows"]
 
-_BLOCK: Final[int] = 16 * 1024 * 1024
+_BLOCK: Final[int] = 1024 * 1024  # 1 MiB: measured faster than 16 MiB (cache-friendly)
 _HEX = frozenset("0123456789abcdef")
-_KEY_ORDER: Final[tuple[str, ...]] = tuple(sorted(ROW_KEYS))
+_CHAIN_KEYS: Final[tuple[str, ...]] = ("seq", "tenant_id", "prev_hash", "row_hash")
 
 
 @dataclass
@@ -85,6 +86,8 @@ class VerifyResult:
         checkpoint_signature_verified: True when its signature was checked with a key.
         merkle_root: hex RFC 9162 root of the rows compared with the checkpoint (or of
             all rows when ``compute_root`` was asked for).
+        warnings: things a reader should know that are not failures (for example an
+            unverified checkpoint signature).
     """
 
     ok: bool = True
@@ -104,8 +107,11 @@ class VerifyResult:
     def summary(self) -> str:
         """One human line (plus warnings) describing the result."""
         if not self.ok:
-            where = f"line {self.error_line}: " if self.error_line is not None else ""
-            return f"FAIL {where}{self.error} ({self.rows} rows verified before it)"
+            if self.error_line is None:
+                return f"FAIL {self.error} ({self.rows} rows passed the chain checks)"
+            return (
+                f"FAIL line {self.error_line}: {self.error} ({self.rows} rows verified before it)"
+            )
         parts = [f"OK {self.rows} rows"]
         if self.rows:
             parts.append(
@@ -213,14 +219,10 @@ class _Walker:
         self.next_seq = seq
 
     def _mismatch(self, lineno: int, d: dict[str, Any]) -> None:
-        """Explain a row whose keys, seq or prev_hash differ from what the chain needs."""
-        if tuple(d) != _KEY_ORDER:
-            missing = sorted(ROW_KEYS - d.keys())
-            extra = sorted(d.keys() - ROW_KEYS)
-            raise _Failure(
-                lineno,
-                f"row keys differ from the audit schema: missing {missing}, unexpected {extra}",
-            )
+        """Explain a row whose chain members, seq or prev_hash differ from what is expected."""
+        missing = [k for k in _CHAIN_KEYS if k not in d]
+        if missing:
+            raise _Failure(lineno, f"row lacks the chain member(s) {missing}")
         seq = d["seq"]
         if type(seq) is not int or seq != self.next_seq:
             prev = self.next_seq - 1
@@ -233,6 +235,8 @@ class _Walker:
             raise _Failure(
                 lineno, f"seq is {seq!r}, expected {self.next_seq} after seq {prev}: {why}"
             )
+        if d["prev_hash"] != self.prev_hex and self.count == 0 and self.anchored:
+            raise _Failure(lineno, "the first row's prev_hash must be the genesis hash (64 zeros)")
         if d["prev_hash"] != self.prev_hex:
             raise _Failure(
                 lineno,
@@ -250,17 +254,17 @@ class _Walker:
         """Verify a block of lines (no newlines); raise :class:`_Failure` at the first bad one.
 
         Per line: one parse, one canonical re-serialisation compared with the line (which
-        also rules out duplicate keys, BOM and CR), an exact key check, the seq, tenant
-        and link comparisons, then the two hash members are dropped from the parsed
-        object and the rest re-serialised: by definition of the canonical form those are
-        the row bytes that were hashed at write time.
+        also rules out duplicate keys, BOM and CR), the seq, tenant and link comparisons,
+        then the two hash members are dropped from the parsed object and the rest
+        re-serialised: by definition of the canonical form those are the row bytes that
+        were hashed at write time. (Splicing the members out of the line instead was
+        measured slower than orjson's re-serialisation.)
         """
         loads = orjson.loads
         dumps = orjson.dumps
         opt = ORJSON_OPTIONS
         sha = hashlib.sha256
         decode_errors = (orjson.JSONDecodeError, orjson.JSONEncodeError)
-        key_order = _KEY_ORDER
         lineno = self.lineno
         expected = self.next_seq
         prev_raw = self.prev_raw
@@ -279,7 +283,7 @@ class _Walker:
                 if not canonical:
                     raise _Failure(lineno, diagnose_line(line) or "not in canonical form")
                 if expected == 0:
-                    if tuple(d) != key_order:
+                    if "seq" not in d or "tenant_id" not in d or "prev_hash" not in d:
                         self._mismatch(lineno, d)
                     self._start(lineno, d)
                     expected, tenant = self.next_seq, self.tenant
@@ -288,17 +292,18 @@ class _Walker:
                     d.get("seq") != expected
                     or d.get("prev_hash") != prev_hex
                     or d.get("tenant_id") != tenant
-                    or tuple(d) != key_order
                     or type(d["seq"]) is not int
                 ):
                     self.lineno, self.next_seq, self.prev_hex = lineno, expected, prev_hex
                     self._mismatch(lineno, d)
-                rh = d.pop("row_hash")
+                rh = d.pop("row_hash", None)
                 del d["prev_hash"]
                 hashed = dumps(d, option=opt)
                 digest = sha(prev_raw + hashed).digest()
                 hexd = digest.hex()
                 if hexd != rh:
+                    if rh is None:
+                        raise _Failure(lineno, "row lacks the chain member(s) ['row_hash']")
                     raise _Failure(
                         lineno,
                         f"row_hash {str(rh)[:16]}... does not match the row: recomputed "
@@ -368,7 +373,9 @@ def verify_lines(
         for block in blocks:
             if not block:
                 continue
-            lines = (tail + block).split(b"\n")
+            lines = block.split(b"\n")
+            if tail:
+                lines[0] = tail + lines[0]
             tail = lines.pop()
             walker.run(lines)
         if tail:
@@ -494,8 +501,10 @@ def verify_rows(
             reason = diagnose_line(row_bytes) or "row bytes are not canonical"
         else:
             body = orjson.loads(row_bytes)
-            if body.keys() != HASHED_KEYS:
-                reason = "row body keys differ from the audit schema"
+            if "seq" not in body or "tenant_id" not in body:
+                reason = "row body lacks seq or tenant_id"
+            elif "prev_hash" in body or "row_hash" in body:
+                reason = "row body must not contain prev_hash or row_hash"
             elif body["seq"] != seq or type(body["seq"]) is not int:
                 reason = f"body seq {body['seq']!r} differs from the stored seq {seq}"
             elif seq != expected:

@@ -1,0 +1,238 @@
+"""The PII vault: placeholders for personal values, encrypted originals, reveal, shred.
+
+Placeholders are ``{kind:p_<10 hex>}`` where the hex is the first 5 bytes of
+``HMAC-SHA256(k_ph, counter || kind || normalised value)`` and ``k_ph`` is derived from
+the tenant's secret (HKDF-SHA256, RFC 5869): the same value gives the same placeholder
+within a tenant, another tenant gets another one, and the value cannot be computed back
+from it. Values are recognised again by a keyed fingerprint ``HMAC-SHA256(k_fp,
+normalised value)`` (unique per tenant). If a candidate placeholder is taken by another
+value (a 40-bit collision) or by a shredded value's tombstone, the counter moves on: a
+deterministic choice that never merges two values, and gives a value seen again after
+its shred a new placeholder while the old one stays ``[erased]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from mnemovault.pii.crypto import (
+    KeyRing,
+    Sealed,
+    dek_aad,
+    open_sealed,
+    seal,
+    secret_aad,
+    value_aad,
+)
+
+PLACEHOLDER_RE = re.compile(r"\{([a-z][a-z_]{0,31}):p_([0-9a-f]{10})\}")
+ERASED = "[erased]"
+KIND_RE = re.compile(r"^[a-z][a-z_]{0,31}$")
+_WS = re.compile(r"\s+")
+
+
+def normalise(value: str) -> str:
+    """Case-folded, whitespace collapsed, stripped: how values are compared."""
+    return _WS.sub(" ", value).strip().casefold()
+
+
+@dataclass(frozen=True)
+class TenantKeys:
+    placeholder_key: bytes
+    fingerprint_key: bytes
+
+    def fingerprint(self, value: str) -> bytes:
+        return hmac.new(self.fingerprint_key, normalise(value).encode(), hashlib.sha256).digest()
+
+    def candidate(self, kind: str, value: str, counter: int) -> str:
+        msg = counter.to_bytes(4, "big") + kind.encode() + b"\x00" + normalise(value).encode()
+        digest = hmac.new(self.placeholder_key, msg, hashlib.sha256).hexdigest()
+        return f"{{{kind}:p_{digest[:10]}}}"
+
+
+def _derive(secret: bytes, label: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                info=b"mnemovault/pii/" + label).derive(secret)
+
+
+@dataclass
+class NewEntry:
+    placeholder: str
+    kind: str
+    created: bool
+
+
+class PiiVault:
+    """Vault operations inside a transaction handed in by the caller (tenant already set)."""
+
+    def __init__(self, keyring: KeyRing) -> None:
+        self.keyring = keyring
+
+    # -- tenant secret ------------------------------------------------------------------
+    def tenant_keys(self, conn: psycopg.Connection[Any], tenant: str) -> TenantKeys:
+        """The tenant's HMAC keys, creating (and wrapping) its secret on first use."""
+        row = conn.execute(
+            "SELECT kek_version, nonce, wrapped_secret FROM pii_tenant_keys "
+            "WHERE tenant_id = %s", (tenant,)).fetchone()
+        if row is None:
+            secret = secrets.token_bytes(32)
+            v = self.keyring.current
+            sealed = seal(self.keyring.current_key, secret, secret_aad(tenant, v))
+            conn.execute(
+                "INSERT INTO pii_tenant_keys (tenant_id, kek_version, nonce, wrapped_secret) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (tenant_id) DO NOTHING",
+                (tenant, v, sealed.nonce, sealed.ciphertext))
+            return self.tenant_keys(conn, tenant)
+        v = row["kek_version"]
+        secret = open_sealed(self.keyring.kek(v),
+                             Sealed(bytes(row["nonce"]), bytes(row["wrapped_secret"])),
+                             secret_aad(tenant, v))
+        return TenantKeys(_derive(secret, b"placeholder"), _derive(secret, b"fingerprint"))
+
+    # -- entries --------------------------------------------------------------------------
+    def lookup(self, conn: psycopg.Connection[Any], keys: TenantKeys,
+               value: str) -> str | None:
+        """The live placeholder of ``value``, if the vault holds it (no write)."""
+        row = conn.execute(
+            "SELECT placeholder FROM pii_values WHERE fingerprint = %s",
+            (keys.fingerprint(value),)).fetchone()
+        return row["placeholder"] if row else None
+
+    def get_or_create(self, conn: psycopg.Connection[Any], tenant: str, keys: TenantKeys,
+                      kind: str, value: str, ntokens: int) -> NewEntry:
+        """The placeholder for ``value``: the existing one, or a new vault entry with its own
+        DEK (value and wrapped DEK in separate tables)."""
+        fp = keys.fingerprint(value)
+        for counter in range(1000):
+            row = conn.execute("SELECT placeholder, kind FROM pii_values WHERE fingerprint = %s",
+                               (fp,)).fetchone()
+            if row is not None:
+                return NewEntry(row["placeholder"], row["kind"], False)
+            placeholder = keys.candidate(kind, value, counter)
+            dek = secrets.token_bytes(32)
+            sealed_value = seal(dek, value.encode("utf-8"), value_aad(tenant, placeholder))
+            inserted = conn.execute(
+                "INSERT INTO pii_values (tenant_id, placeholder, kind, fingerprint, ntokens, "
+                "nonce, ciphertext) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT DO NOTHING RETURNING placeholder",
+                (tenant, placeholder, kind, fp, ntokens, sealed_value.nonce,
+                 sealed_value.ciphertext)).fetchone()
+            if inserted is None:
+                continue  # taken: same value by a concurrent writer (seen above), or another
+            v = self.keyring.current
+            wrapped = seal(self.keyring.current_key, dek, dek_aad(tenant, placeholder, v))
+            conn.execute(
+                "INSERT INTO pii_deks (tenant_id, placeholder, kek_version, nonce, wrapped_dek) "
+                "VALUES (%s, %s, %s, %s, %s)",
+                (tenant, placeholder, v, wrapped.nonce, wrapped.ciphertext))
+            return NewEntry(placeholder, kind, True)
+        raise RuntimeError("vault: no free placeholder after 1000 candidates")
+
+    def known_fingerprints(self, conn: psycopg.Connection[Any]) -> dict[bytes, tuple[str, int]]:
+        """fingerprint -> (kind, token count) of every live value of the tenant."""
+        rows = conn.execute(
+            "SELECT fingerprint, kind, ntokens FROM pii_values WHERE fingerprint IS NOT NULL"
+        ).fetchall()
+        return {bytes(r["fingerprint"]): (r["kind"], r["ntokens"] or 1) for r in rows}
+
+    # -- reveal and shred ----------------------------------------------------------------------
+    def reveal_values(self, conn: psycopg.Connection[Any], tenant: str,
+                      placeholders: Iterable[str]) -> dict[str, str]:
+        """placeholder -> original value, or ``[erased]`` for shredded ones. Placeholders the
+        vault never issued are left out (they stay as typed)."""
+        wanted = sorted(set(placeholders))
+        if not wanted:
+            return {}
+        rows = conn.execute(
+            "SELECT v.placeholder, v.nonce, v.ciphertext, d.kek_version, d.nonce AS dnonce, "
+            "d.wrapped_dek FROM pii_values v LEFT JOIN pii_deks d "
+            "ON d.tenant_id = v.tenant_id AND d.placeholder = v.placeholder "
+            "WHERE v.placeholder = ANY(%s)", (wanted,)).fetchall()
+        out: dict[str, str] = {}
+        for r in rows:
+            ph = r["placeholder"]
+            if r["ciphertext"] is None or r["wrapped_dek"] is None:
+                out[ph] = ERASED
+                continue
+            v = r["kek_version"]
+            dek = open_sealed(self.keyring.kek(v),
+                              Sealed(bytes(r["dnonce"]), bytes(r["wrapped_dek"])),
+                              dek_aad(tenant, ph, v))
+            out[ph] = open_sealed(dek, Sealed(bytes(r["nonce"]), bytes(r["ciphertext"])),
+                                  value_aad(tenant, ph)).decode("utf-8")
+        return out
+
+    def erased_placeholders(self, conn: psycopg.Connection[Any],
+                            placeholders: Iterable[str]) -> set[str]:
+        wanted = sorted(set(placeholders))
+        if not wanted:
+            return set()
+        rows = conn.execute(
+            "SELECT placeholder FROM pii_values WHERE placeholder = ANY(%s) "
+            "AND shredded_at IS NOT NULL", (wanted,)).fetchall()
+        return {r["placeholder"] for r in rows}
+
+    def shred(self, conn: psycopg.Connection[Any], placeholders: Iterable[str]) -> list[str]:
+        """Crypto-shred: destroy each value's DEK and ciphertext (and its fingerprint),
+        keeping a tombstone. Returns the placeholders shredded (live ones only)."""
+        wanted = sorted(set(placeholders))
+        if not wanted:
+            return []
+        conn.execute("DELETE FROM pii_deks WHERE placeholder = ANY(%s)", (wanted,))
+        rows = conn.execute(
+            "UPDATE pii_values SET ciphertext = NULL, nonce = NULL, fingerprint = NULL, "
+            "ntokens = NULL, shredded_at = now() WHERE placeholder = ANY(%s) "
+            "AND shredded_at IS NULL RETURNING placeholder", (wanted,)).fetchall()
+        return sorted(r["placeholder"] for r in rows)
+
+
+def render(text: str, values: dict[str, str], erased: set[str] | None = None) -> str:
+    """Replace placeholders in ``text``: by their value where ``values`` has one, by
+    ``[erased]`` where ``erased`` names them; others stay as they are."""
+    erased = erased or set()
+
+    def sub(m: re.Match[str]) -> str:
+        ph = m.group(0)
+        if ph in values:
+            return values[ph]
+        return ERASED if ph in erased else ph
+
+    return PLACEHOLDER_RE.sub(sub, text)
+
+
+class StreamRevealer:
+    """De-anonymises a stream of text chunks: a placeholder split across chunks is held back
+    until it is complete, so neither half a placeholder nor half a value is ever emitted.
+
+    ``resolve`` maps a complete placeholder to its output (value, ``[erased]``, or itself).
+    """
+
+    _PARTIAL = re.compile(r"\{[a-z_]{0,32}(?::(?:p(?:_[0-9a-f]{0,10})?)?)?")
+
+    def __init__(self, resolve: Any) -> None:
+        self._resolve = resolve
+        self._buf = ""
+
+    def feed(self, chunk: str) -> str:
+        """Return what can be emitted after ``chunk``; a trailing partial placeholder waits."""
+        text = self._buf + chunk
+        self._buf = ""
+        start = text.rfind("{")
+        if start != -1 and self._PARTIAL.fullmatch(text, start):
+            self._buf, text = text[start:], text[:start]
+        return PLACEHOLDER_RE.sub(lambda m: str(self._resolve(m.group(0))), text)
+
+    def flush(self) -> str:
+        """The end of the stream: whatever was held back is emitted as typed."""
+        rest, self._buf = self._buf, ""
+        return rest
