@@ -257,8 +257,9 @@ class MemoryVault:
         """Injection sanitiser for imported/tool text (SPEC section 7). Seam: unchanged."""
         return items
 
-    def _pseudonymiser(self, conn: psycopg.Connection[Any], tenant: str) -> Pseudonymiser:
-        return Pseudonymiser(self.pii, self.detectors, conn, tenant)
+    def _pseudonymiser(self, conn: psycopg.Connection[Any], tenant: str,
+                       read_only: bool = False) -> Pseudonymiser:
+        return Pseudonymiser(self.pii, self.detectors, conn, tenant, read_only=read_only)
 
     def _pseudonymise(self, conn: psycopg.Connection[Any], items: list[MemoryInput],
                       principal: Principal) -> list[_Prepared]:
@@ -306,7 +307,7 @@ class MemoryVault:
         (lookups only; nothing is written)."""
         if value is None or not self.settings.pii_pseudonymize:
             return value
-        return self._pseudonymiser(conn, tenant).rewrite(value, create=False).text
+        return self._pseudonymiser(conn, tenant, read_only=True).rewrite(value, create=False).text
 
     def remember(
         self,

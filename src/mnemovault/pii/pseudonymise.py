@@ -67,19 +67,31 @@ class Pseudonymiser:
     """Rewrites texts with placeholders inside one transaction of one tenant."""
 
     def __init__(self, vault: PiiVault, detectors: Sequence[Detector],
-                 conn: psycopg.Connection[Any], tenant: str) -> None:
+                 conn: psycopg.Connection[Any], tenant: str, *, read_only: bool = False) -> None:
         self.vault = vault
         self.conn = conn
         self.tenant = tenant
-        self.keys = vault.tenant_keys(conn, tenant)
-        self.known = KnownEntities(self.keys, vault.known_fingerprints(conn))
-        self.detectors: list[Detector] = [*detectors, self.known]
+        self.detectors: list[Detector] = list(detectors)
+        keys = (vault.existing_tenant_keys(conn, tenant) if read_only
+                else vault.tenant_keys(conn, tenant))
+        self.keys: TenantKeys | None = keys
+        self.known: KnownEntities | None = None
+        if keys is not None:
+            self.known = KnownEntities(keys, vault.known_fingerprints(conn))
+            self.detectors.append(self.known)
+
+    def _keys(self) -> TenantKeys:
+        if self.keys is None:
+            raise RuntimeError("pseudonymiser: opened read-only")
+        return self.keys
 
     def register(self, kind: str, value: str) -> tuple[str, bool]:
         """Put a caller-named entity in the vault (so later text is recognised)."""
         n = token_count(value)
-        entry = self.vault.get_or_create(self.conn, self.tenant, self.keys, kind, value, n)
-        self.known.add(self.keys.fingerprint(value), entry.kind, n)
+        keys = self._keys()
+        entry = self.vault.get_or_create(self.conn, self.tenant, keys, kind, value, n)
+        assert self.known is not None
+        self.known.add(keys.fingerprint(value), entry.kind, n)
         return entry.placeholder, entry.created
 
     def rewrite(self, text: str, *, create: bool = True) -> Pseudonymised:
@@ -96,15 +108,18 @@ class Pseudonymiser:
         for f in sorted(findings, key=lambda f: f.start, reverse=True):
             n = token_count(f.value)
             if not create:
-                ph = self.vault.lookup(self.conn, self.keys, f.value)
-                ph = ph or self.keys.candidate(f.kind, f.value, 0)
+                if self.keys is None:  # an empty vault: the value is unknown
+                    ph = f"{{{f.kind}}}"
+                else:
+                    ph = (self.vault.lookup(self.conn, self.keys, f.value)
+                          or self.keys.candidate(f.kind, f.value, 0))
                 out.placeholders.append(ph)
                 out.text = out.text[: f.start] + ph + out.text[f.end :]
                 continue
-            entry = self.vault.get_or_create(self.conn, self.tenant, self.keys, f.kind,
-                                             f.value, n)
-            if entry.created:
-                self.known.add(self.keys.fingerprint(f.value), entry.kind, n)
+            keys = self._keys()
+            entry = self.vault.get_or_create(self.conn, self.tenant, keys, f.kind, f.value, n)
+            if entry.created and self.known is not None:
+                self.known.add(keys.fingerprint(f.value), entry.kind, n)
                 out.created.append(entry.placeholder)
             out.placeholders.append(entry.placeholder)
             out.text = out.text[: f.start] + entry.placeholder + out.text[f.end :]

@@ -81,10 +81,8 @@ class PiiVault:
     # -- tenant secret ------------------------------------------------------------------
     def tenant_keys(self, conn: psycopg.Connection[Any], tenant: str) -> TenantKeys:
         """The tenant's HMAC keys, creating (and wrapping) its secret on first use."""
-        row = conn.execute(
-            "SELECT kek_version, nonce, wrapped_secret FROM pii_tenant_keys "
-            "WHERE tenant_id = %s", (tenant,)).fetchone()
-        if row is None:
+        keys = self.existing_tenant_keys(conn, tenant)
+        if keys is None:
             secret = secrets.token_bytes(32)
             v = self.keyring.current
             sealed = seal(self.keyring.current_key, secret, secret_aad(tenant, v))
@@ -92,7 +90,19 @@ class PiiVault:
                 "INSERT INTO pii_tenant_keys (tenant_id, kek_version, nonce, wrapped_secret) "
                 "VALUES (%s, %s, %s, %s) ON CONFLICT (tenant_id) DO NOTHING",
                 (tenant, v, sealed.nonce, sealed.ciphertext))
-            return self.tenant_keys(conn, tenant)
+            keys = self.existing_tenant_keys(conn, tenant)
+            assert keys is not None
+        return keys
+
+    def existing_tenant_keys(self, conn: psycopg.Connection[Any],
+                             tenant: str) -> TenantKeys | None:
+        """The tenant's HMAC keys, or None if its vault was never used (reads create
+        nothing)."""
+        row = conn.execute(
+            "SELECT kek_version, nonce, wrapped_secret FROM pii_tenant_keys "
+            "WHERE tenant_id = %s", (tenant,)).fetchone()
+        if row is None:
+            return None
         v = row["kek_version"]
         secret = open_sealed(self.keyring.kek(v),
                              Sealed(bytes(row["nonce"]), bytes(row["wrapped_secret"])),
