@@ -52,7 +52,7 @@ from mnemovault.pii.detect import Detector
 from mnemovault.pii.pseudonymise import Pseudonymiser
 from mnemovault.pii.vault import PLACEHOLDER_RE, PiiVault, render
 from mnemovault.recall.ranking import FusionWeights, fuse
-from mnemovault.recall.search import vector_candidates
+from mnemovault.recall.search import text_candidates, vector_candidates
 from mnemovault.store.db import Database
 
 log = logging.getLogger(__name__)
@@ -487,16 +487,9 @@ class MemoryVault:
             f = f.model_copy(update={"subject": self._translate(conn, who.tenant, f.subject)})
             qvec = self.embedder.embed([query])[0]
             where, params = _filter_sql(who.tenant, scope, f)
-            params.update({"qtext": query, "n": n})
             vrows = vector_candidates(conn, qvec, where, params, n,
                                       ef_search=self.settings.hnsw_ef_search)
-            trows = conn.execute(
-                f"SELECT id, created_at, pinned FROM memories, "
-                f"(SELECT replace(plainto_tsquery('english', %(qtext)s)::text, '&', '|') AS qs) s "
-                f"WHERE qs <> '' AND tsv @@ qs::tsquery AND {where} "
-                f"ORDER BY ts_rank_cd(tsv, qs::tsquery) DESC, id LIMIT %(n)s",
-                params,
-            ).fetchall()
+            trows = text_candidates(conn, query, where, params, n)
             meta = {r["id"]: (r["created_at"], r["pinned"]) for r in (*vrows, *trows)}
             fused = fuse([(r["id"], 1.0 - float(r["distance"])) for r in vrows],
                          [r["id"] for r in trows], meta, datetime.now(UTC), self.weights)[:k]

@@ -403,9 +403,14 @@ def verify_lines(
             result.error = "a checkpoint can only be checked against a log that starts at seq 1"
         elif walker.count < cp.size:
             result.ok = False
+            gone = (
+                f"row {cp.size} is"
+                if walker.count + 1 == cp.size
+                else f"rows {walker.count + 1}..{cp.size} are"
+            )
             result.error = (
                 f"the file has {walker.count} rows but the checkpoint covers {cp.size}: "
-                f"rows {walker.count + 1}..{cp.size} are missing (truncated log)"
+                f"{gone} missing (truncated log)"
             )
         else:
             got = root_from_leaf_hashes(bytes(walker.leaves))

@@ -35,3 +35,65 @@ def vector_candidates(
     ).fetchall()
     rows.sort(key=lambda r: r["distance"])
     return rows
+
+
+def text_candidates_cd(
+    conn: psycopg.Connection[Any], qtext: str, where: str, params: dict[str, Any], n: int
+) -> list[dict[str, Any]]:
+    """Full-text candidates ranked by PostgreSQL's ``ts_rank_cd`` (cover density) over an
+    OR of the query's lexemes (English stemming, stop words removed)."""
+    return conn.execute(
+        f"SELECT id, created_at, pinned FROM memories, "
+        f"(SELECT replace(plainto_tsquery('english', %(qtext)s)::text, '&', '|') AS qs) s "
+        f"WHERE qs <> '' AND tsv @@ qs::tsquery AND {where} "
+        f"ORDER BY ts_rank_cd(tsv, qs::tsquery) DESC, id LIMIT %(n)s",
+        {**params, "qtext": qtext, "n": n},
+    ).fetchall()
+
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+
+def text_candidates(
+    conn: psycopg.Connection[Any], qtext: str, where: str, params: dict[str, Any], n: int,
+    *, k1: float = BM25_K1, b: float = BM25_B,
+) -> list[dict[str, Any]]:
+    """Full-text candidates ranked by Okapi BM25 (Robertson and Zaragoza, "The
+    Probabilistic Relevance Framework: BM25 and Beyond", 2009), computed in SQL over the
+    stored ``tsvector`` (English stemming, stop words removed):
+
+    ``score(d) = Σ_t idf(t) · tf·(k1+1) / (tf + k1·(1 − b + b·|d|/avgdl))`` with
+    ``idf(t) = ln(1 + (N − df + 0.5)/(df + 0.5))`` (the Lucene form, never negative).
+    ``N``, ``df`` and ``avgdl`` are taken over the rows that satisfy ``where`` (one scope),
+    ``tf`` is the lexeme's position count and ``|d|`` the document's distinct lexemes
+    (the stored ``tsv_length``).
+    """
+    sql = f"""
+    WITH q AS (
+        SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', %(qtext)s))
+    ), qs AS (
+        SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS query FROM q
+    ), stats AS (
+        SELECT count(*)::float8 AS n, greatest(avg(tsv_length), 1)::float8 AS avgdl
+        FROM memories WHERE {where}
+    ), matched AS (
+        SELECT id, created_at, pinned, tsv, tsv_length::float8 AS dl
+        FROM memories, qs WHERE tsv @@ qs.query AND {where}
+    ), terms AS (
+        SELECT m.id, u.lexeme, coalesce(array_length(u.positions, 1), 1)::float8 AS tf
+        FROM matched m, unnest(m.tsv) u WHERE u.lexeme IN (SELECT lexeme FROM q)
+    ), df AS (
+        SELECT lexeme, count(*)::float8 AS df FROM terms GROUP BY lexeme
+    )
+    SELECT m.id, m.created_at, m.pinned,
+           sum(ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
+               * t.tf * (%(k1)s + 1)
+               / (t.tf + %(k1)s * (1 - %(b)s + %(b)s * m.dl / s.avgdl))) AS score
+    FROM matched m JOIN terms t ON t.id = m.id JOIN df ON df.lexeme = t.lexeme
+         CROSS JOIN stats s
+    GROUP BY m.id, m.created_at, m.pinned
+    ORDER BY score DESC, m.id
+    LIMIT %(n)s
+    """
+    return conn.execute(sql, {**params, "qtext": qtext, "n": n, "k1": k1, "b": b}).fetchall()

@@ -86,6 +86,8 @@ def upgrade() -> None:
           key              text,
           embedding        vector({dim}) NOT NULL,
           tsv              tsvector GENERATED ALWAYS AS (to_tsvector('english', content)) STORED,
+          tsv_length       integer GENERATED ALWAYS AS
+                           (length(to_tsvector('english', content))) STORED,
           pinned           boolean NOT NULL DEFAULT false,
           archived         boolean NOT NULL DEFAULT false,
           status           text NOT NULL DEFAULT 'active'
