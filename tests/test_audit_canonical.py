@@ -34,8 +34,7 @@ _scalars = (
 )
 _values = st.recursive(
     _scalars,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(_text, children, max_size=4),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(_text, children, max_size=4),
     max_leaves=20,
 )
 _objects = st.dictionaries(_text, _values, max_size=6)
@@ -43,7 +42,9 @@ _objects = st.dictionaries(_text, _values, max_size=6)
 
 def test_fixed_form() -> None:
     obj = {"b": [1, 2.5, None, True], "a": {"z": "é漢", "y": -0.0}, "c": 0.1}
-    assert canonical_json(obj) == '{"a":{"y":-0.0,"z":"é漢"},"b":[1,2.5,null,true],"c":0.1}'.encode()
+    assert (
+        canonical_json(obj) == '{"a":{"y":-0.0,"z":"é漢"},"b":[1,2.5,null,true],"c":0.1}'.encode()
+    )
 
 
 def test_non_ascii_is_written_as_utf8_not_escaped() -> None:

@@ -30,7 +30,9 @@ from mnemovault.audit.merkle import (
     verify_inclusion,
 )
 
-VECTORS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "rfc6962_vectors" / "testdata"
+VECTORS = (
+    Path(__file__).resolve().parents[2] / "shared" / "datasets" / "rfc6962_vectors" / "testdata"
+)
 
 # The leaves of transparency-dev/merkle's reference tree (the happy-path vectors use it).
 REFERENCE_LEAVES = [
@@ -155,7 +157,9 @@ def test_happy_path_vectors_are_what_we_generate() -> None:
         v = json.loads(path.read_text())
         if _b64(v["root"]) != tree.root(v["treeSize"]):
             continue
-        assert tree.inclusion_proof(v["leafIdx"], v["treeSize"]) == [_b64(p) for p in v["proof"] or []]
+        assert tree.inclusion_proof(v["leafIdx"], v["treeSize"]) == [
+            _b64(p) for p in v["proof"] or []
+        ]
         assert tree.leaf_hash(v["leafIdx"]) == _b64(v["leafHash"])
         checked += 1
     for path in _CONSISTENCY:

@@ -476,6 +476,18 @@ def demo(ctx: typer.Context,
 """, highlight=False)
 
 
+def _register_extensions() -> None:
+    """Command groups that live in their own modules (chat and governance commands)."""
+    try:
+        from mnemovault import cli_governance
+    except ImportError:
+        return
+    cli_governance.register(app)
+
+
+_register_extensions()
+
+
 def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     app()
