@@ -46,7 +46,11 @@ class Settings(BaseSettings):
 
     kek: str | None = None  # MNEMOVAULT_KEK: base64 of 32 bytes (else the key file)
     kek_file: Path | None = None  # default <data_dir>/kek.json, created 0600
-    phone_default_region: str | None = None  # e.g. "GB": numbers without a country code
+    # numbers without a country code: tried in the default region, then each fallback
+    # (the fallbacks are Presidio's default phone regions; bench/pii_detect.py measures them)
+    phone_default_region: str | None = None
+    phone_fallback_regions: list[str] = Field(
+        default_factory=lambda: ["US", "GB", "DE", "FR", "IL", "IN", "CA", "BR"])
 
     pii_pseudonymize: bool = Field(default=True, validation_alias="PII_PSEUDONYMIZE")
     allow_semantic_forget: bool = Field(default=False, validation_alias="ALLOW_SEMANTIC_FORGET")

@@ -790,11 +790,13 @@ def load_keyring(settings: Settings) -> KeyRing:
 
 
 def default_detectors(settings: Settings) -> builtins.list[Detector]:
-    """The built-in detectors (no model needed): email, phone, IBAN, card, IP."""
+    """The built-in detectors (no model needed): IBAN, card, email, IP, phone. Phone
+    numbers without a country code are tried in ``phone_default_region``, then in each of
+    ``phone_fallback_regions``."""
     from mnemovault.pii import detect
 
-    return [detect.EmailDetector(), detect.PhoneDetector(settings.phone_default_region),
-            detect.IbanDetector(), detect.CardDetector(), detect.IpDetector()]
+    return detect.default_detectors(settings.phone_default_region,
+                                    fallback_regions=settings.phone_fallback_regions)
 
 
 def _parse_id(value: uuid.UUID | str, field: str) -> uuid.UUID:

@@ -14,7 +14,8 @@ order number became a placeholder, but a value that *is* found is never cut in h
   part, DNS host name with an alphabetic TLD), anchored on each ``@`` so it stays linear.
 - :class:`PhoneDetector`: one regex for candidate digit runs, each validated by
   ``phonenumbers.parse`` + ``is_valid_number`` (libphonenumber metadata), with the
-  caller's default region for numbers written without a country code.
+  caller's default region (and optional fallback regions) for numbers written without a
+  country code.
 - :class:`IbanDetector`: ISO 13616 via ``stdnum.iban`` (mod-97 check digits and the
   country's BBAN format), compact or in space-separated groups of four.
 - :class:`CardDetector`: 12-19 digits, Luhn (ISO/IEC 7812-1 annex B), a known issuer
@@ -42,7 +43,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import phonenumbers
 from stdnum import iban as _iban
@@ -150,11 +151,6 @@ def detect_all(text: str, detectors: Sequence[Detector]) -> list[Finding]:
     if not ranked:
         return []
     ranked.sort(key=lambda fo: (fo[0].start, fo[0].end))
-
-    def rank(fo: tuple[Finding, int]) -> tuple[int, float, int, int, str]:
-        f, order = fo
-        return (-f.length, -f.confidence, order, f.start, f.kind)
-
     out: list[Finding] = []
     cluster: list[tuple[Finding, int]] = [ranked[0]]
     cluster_end = ranked[0][0].end
@@ -163,14 +159,19 @@ def detect_all(text: str, detectors: Sequence[Detector]) -> list[Finding]:
             cluster.append(fo)
             cluster_end = max(cluster_end, fo[0].end)
             continue
-        out.append(_resolve(text, cluster, cluster_end, rank))
+        out.append(_resolve(text, cluster, cluster_end))
         cluster, cluster_end = [fo], fo[0].end
-    out.append(_resolve(text, cluster, cluster_end, rank))
+    out.append(_resolve(text, cluster, cluster_end))
     return out
 
 
-def _resolve(text: str, cluster: list[tuple[Finding, int]], end: int, rank: Any) -> Finding:
-    best: Finding = min(cluster, key=rank)[0]
+def _rank(fo: tuple[Finding, int]) -> tuple[int, float, int, int, str]:
+    f, order = fo
+    return (-f.length, -f.confidence, order, f.start, f.kind)
+
+
+def _resolve(text: str, cluster: list[tuple[Finding, int]], end: int) -> Finding:
+    best = min(cluster, key=_rank)[0]
     start = cluster[0][0].start  # sorted by start
     if (start, end) == (best.start, best.end):
         return best
@@ -208,10 +209,12 @@ def _is_word(ch: str) -> bool:
 # Email
 # ---------------------------------------------------------------------------------------
 
+# An "@" with a local-part character before it and something like ".tld" after it within
+# the 253 characters a domain may have: the only places worth a closer look.
+_AT = re.compile(r"(?<=[\w.%+-])@(?=[\w.-]{0,252}\.[^\W\d_]{2})")
 # Simplified RFC 5322 dot-atom: atext limited to letters, digits and ``_ % + -`` (plus
 # Unicode letters, RFC 6531), dots only between atoms. Quoted local parts, comments and
 # address literals (``user@[192.0.2.1]``) are not recognised.
-_LOCAL_RUN = re.compile(r"[\w.%+-]{1,64}\Z")
 _LOCAL_OK = re.compile(r"[\w%+-]+(?:\.[\w%+-]+)*\Z")
 _DOMAIN_RUN = re.compile(r"[\w.-]{1,253}")
 _LABEL_OK = re.compile(r"[^\W_](?:[^\W_]|-){0,61}(?<!-)\Z")
@@ -255,22 +258,22 @@ class EmailDetector:
 
     def detect(self, text: str) -> list[Finding]:
         out: list[Finding] = []
-        at = text.find("@")
         last_end = 0
-        while at != -1:
+        for m in _AT.finditer(text):
+            at = m.start()
+            if at < last_end:
+                continue
             f = self._at(text, at, last_end)
             if f is not None:
                 out.append(f)
                 last_end = f.end
-            at = text.find("@", max(at + 1, last_end))
         return out
 
     def _at(self, text: str, at: int, floor: int) -> Finding | None:
-        left = _LOCAL_RUN.search(text, max(floor, at - 64), at)
-        if left is None:
-            return None
-        start = left.start()
-        if start > floor and _LOCAL_RUN.match(text[start - 1]) is not None:
+        start, lowest = at, max(floor, at - 65)
+        while start > lowest and (text[start - 1].isalnum() or text[start - 1] in "_.%+-"):
+            start -= 1
+        if at - start > 64:
             return None  # a local part longer than 64 characters
         while start < at and text[start] == ".":
             start += 1  # leading dots are punctuation, not the address
@@ -544,8 +547,8 @@ def _card_brand(d: str) -> str | None:
     if (p4 == 6011 or 644 <= p3 <= 649 or p2 == 65 or 622126 <= p6 <= 622925) and 16 <= n <= 19:
         return "discover"
     if p2 == 35 and 16 <= n <= 19:
-        # JCB's registered range is 3528-3589; the rest of 35 is assigned to no other
-        # network and card generators (Faker) use all of 35, so the whole block is taken.
+        # JCB's registered range is 3528-3589. The whole 35 block is accepted: no other
+        # network here uses it, and test-card generators (Faker) issue numbers across it.
         return "jcb"
     if p4 in (1800, 2131) and n == 15:
         return "jcb"
@@ -984,7 +987,9 @@ DEFAULT_NER_KINDS: Mapping[str, str] = {"PERSON": "person", "LOCATION": "locatio
 
 
 class OptionalNerDetector:
-    """Named entities from Presidio's spaCy NLP engine (extra ``ner``), off by default.
+    """Named entities from Presidio's spaCy NLP engine (extra ``ner``: presidio-analyzer
+    >= 2.2.33, whose ``SpacyNlpEngine`` takes a model list and returns entity scores, plus
+    a spaCy model package the deployer installs), off by default.
 
     ``model`` is an installed spaCy pipeline package name or a path to one; ``kinds`` maps
     Presidio entity types (``PERSON``, ``LOCATION``, ``ORGANIZATION``, ``NRP``...) to our

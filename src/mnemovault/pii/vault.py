@@ -34,25 +34,22 @@ from mnemovault.pii.crypto import (
     secret_aad,
     value_aad,
 )
+from mnemovault.pii.detect import KnownEntityIndex, fingerprint, normalise
 
 PLACEHOLDER_RE = re.compile(r"\{([a-z][a-z_]{0,31}):p_([0-9a-f]{10})\}")
 ERASED = "[erased]"
-KIND_RE = re.compile(r"^[a-z][a-z_]{0,31}$")
-_WS = re.compile(r"\s+")
-
-
-def normalise(value: str) -> str:
-    """Case-folded, whitespace collapsed, stripped: how values are compared."""
-    return _WS.sub(" ", value).strip().casefold()
 
 
 @dataclass(frozen=True)
 class TenantKeys:
+    """Keys derived from the tenant's secret: one for placeholders, one for fingerprints
+    (the known-entity index runs under the fingerprint key)."""
+
     placeholder_key: bytes
     fingerprint_key: bytes
 
     def fingerprint(self, value: str) -> bytes:
-        return hmac.new(self.fingerprint_key, normalise(value).encode(), hashlib.sha256).digest()
+        return fingerprint(value, self.fingerprint_key)
 
     def candidate(self, kind: str, value: str, counter: int) -> str:
         msg = counter.to_bytes(4, "big") + kind.encode() + b"\x00" + normalise(value).encode()
@@ -119,10 +116,13 @@ class PiiVault:
         return row["placeholder"] if row else None
 
     def get_or_create(self, conn: psycopg.Connection[Any], tenant: str, keys: TenantKeys,
-                      kind: str, value: str, ntokens: int) -> NewEntry:
+                      kind: str, value: str, index: KnownEntityIndex) -> NewEntry:
         """The placeholder for ``value``: the existing one, or a new vault entry with its own
-        DEK (value and wrapped DEK in separate tables)."""
-        fp = keys.fingerprint(value)
+        DEK (value and wrapped DEK in separate tables). ``index`` (under the tenant's
+        fingerprint key) gives the fingerprint, token count and first-token digest kept
+        for known-entity matching; a new value is added to it."""
+        entity = index.entity(kind, value)
+        fp = entity.fingerprint
         for counter in range(1000):
             row = conn.execute("SELECT placeholder, kind FROM pii_values WHERE fingerprint = %s",
                                (fp,)).fetchone()
@@ -133,10 +133,10 @@ class PiiVault:
             sealed_value = seal(dek, value.encode("utf-8"), value_aad(tenant, placeholder))
             inserted = conn.execute(
                 "INSERT INTO pii_values (tenant_id, placeholder, kind, fingerprint, ntokens, "
-                "nonce, ciphertext) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                "head, nonce, ciphertext) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT DO NOTHING RETURNING placeholder",
-                (tenant, placeholder, kind, fp, ntokens, sealed_value.nonce,
-                 sealed_value.ciphertext)).fetchone()
+                (tenant, placeholder, kind, fp, entity.n_tokens, entity.head,
+                 sealed_value.nonce, sealed_value.ciphertext)).fetchone()
             if inserted is None:
                 continue  # taken: same value by a concurrent writer (seen above), or another
             v = self.keyring.current
@@ -145,15 +145,21 @@ class PiiVault:
                 "INSERT INTO pii_deks (tenant_id, placeholder, kek_version, nonce, wrapped_dek) "
                 "VALUES (%s, %s, %s, %s, %s)",
                 (tenant, placeholder, v, wrapped.nonce, wrapped.ciphertext))
+            index.add_fingerprint(kind, fp, entity.n_tokens, entity.head)
             return NewEntry(placeholder, kind, True)
         raise RuntimeError("vault: no free placeholder after 1000 candidates")
 
-    def known_fingerprints(self, conn: psycopg.Connection[Any]) -> dict[bytes, tuple[str, int]]:
-        """fingerprint -> (kind, token count) of every live value of the tenant."""
-        rows = conn.execute(
-            "SELECT fingerprint, kind, ntokens FROM pii_values WHERE fingerprint IS NOT NULL"
-        ).fetchall()
-        return {bytes(r["fingerprint"]): (r["kind"], r["ntokens"] or 1) for r in rows}
+    def known_index(self, conn: psycopg.Connection[Any], keys: TenantKeys) -> KnownEntityIndex:
+        """The tenant's known-entity index, rebuilt from stored fingerprints (nothing is
+        decrypted)."""
+        index = KnownEntityIndex(keys.fingerprint_key)
+        for r in conn.execute(
+            "SELECT fingerprint, kind, ntokens, head FROM pii_values "
+            "WHERE fingerprint IS NOT NULL"
+        ).fetchall():
+            index.add_fingerprint(r["kind"], bytes(r["fingerprint"]), r["ntokens"] or 1,
+                                  bytes(r["head"]) if r["head"] is not None else None)
+        return index
 
     # -- reveal and shred ----------------------------------------------------------------------
     def reveal_values(self, conn: psycopg.Connection[Any], tenant: str,
@@ -201,7 +207,7 @@ class PiiVault:
         conn.execute("DELETE FROM pii_deks WHERE placeholder = ANY(%s)", (wanted,))
         rows = conn.execute(
             "UPDATE pii_values SET ciphertext = NULL, nonce = NULL, fingerprint = NULL, "
-            "ntokens = NULL, shredded_at = now() WHERE placeholder = ANY(%s) "
+            "ntokens = NULL, head = NULL, shredded_at = now() WHERE placeholder = ANY(%s) "
             "AND shredded_at IS NULL RETURNING placeholder", (wanted,)).fetchall()
         return sorted(r["placeholder"] for r in rows)
 

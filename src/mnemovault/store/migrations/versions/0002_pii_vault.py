@@ -37,6 +37,7 @@ def upgrade() -> None:
           kind        text NOT NULL,
           fingerprint bytea,
           ntokens     integer,
+          head        bytea,
           nonce       bytea,
           ciphertext  bytea,
           created_at  timestamptz NOT NULL DEFAULT now(),
