@@ -23,6 +23,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from mnemovault.config import Settings
 from mnemovault.errors import MnemoError, ValidationError
@@ -186,7 +187,7 @@ def vault_list(ctx: typer.Context,
     for col in ("placeholder", "kind", "created", "shredded"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["placeholder"], r["kind"], str(r["created_at"])[:19],
+        table.add_row(Text(r["placeholder"]), r["kind"], str(r["created_at"])[:19],
                       str(r["shredded_at"])[:19] if r["shredded_at"] else "")
     out.print(table)
 
@@ -289,7 +290,7 @@ def _print_hits(hits: list[Any]) -> None:
     table.add_column("memory", overflow="fold")
     for i, h in enumerate(hits, 1):
         table.add_row(str(i), f"{h.score:.3f}", h.memory.created_at.strftime("%Y-%m-%d"),
-                      h.memory.content)
+                      Text(h.memory.content))  # Text: "[erased]" is not markup
     out.print(table)
 
 
@@ -315,7 +316,7 @@ def list_cmd(
     for col in ("id", "scope", "type", "content"):
         table.add_column(col, overflow="fold")
     for m in page.items:
-        table.add_row(str(m.id), m.scope, m.type, m.content[:120])
+        table.add_row(str(m.id), Text(m.scope), m.type, Text(m.content[:120]))
     out.print(table)
     if page.next_cursor:
         out.print(f"next page: --cursor {page.next_cursor}")
