@@ -1029,7 +1029,8 @@ class OptionalNerDetector:
         self.language = language
         self.min_score = min_score
         self._engine = SpacyNlpEngine(models=[{"lang_code": language, "model_name": model}])
-        self._engine.nlp = {language: spacy.load(model)}  # never engine.load(): it downloads
+        # never engine.load(): it downloads missing models
+        self._engine.nlp = {language: spacy.load(model)}  # type: ignore[assignment,unused-ignore]
 
     def detect(self, text: str) -> list[Finding]:
         artifacts = self._engine.process_text(text, self.language)
