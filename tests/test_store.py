@@ -12,8 +12,10 @@ from mnemovault.store.db import Database
 from mnemovault.vault import MemoryVault
 
 TENANT_TABLES = ("tenants", "api_keys", "memories", "outbox", "audit_heads", "audit_log",
-                 "pii_tenant_keys", "pii_values", "pii_deks")
-HEAD = "0002"
+                 "pii_tenant_keys", "pii_values", "pii_deks", "audit_nodes",
+                 "audit_checkpoints", "memory_lineage", "graph_nodes", "graph_node_support",
+                 "graph_edges", "graph_edge_support")
+HEAD = "0003_lineage"
 
 
 def test_migrations_from_empty_reach_head(vault: MemoryVault) -> None:

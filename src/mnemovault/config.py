@@ -52,8 +52,48 @@ class Settings(BaseSettings):
     phone_fallback_regions: list[str] = Field(
         default_factory=lambda: ["US", "GB", "DE", "FR", "IL", "IN", "CA", "BR"])
 
+    # audit log: Ed25519 checkpoint signing key (default <data_dir>/audit_signing.key),
+    # checkpoint cadence, and the JSON Lines mirror (default <data_dir>/audit/<tenant>.jsonl)
+    audit_signing_key: Path | None = None
+    audit_origin: str = "mnemovault/audit"
+    audit_checkpoint_rows: int = 1000
+    audit_checkpoint_seconds: float = 3600.0
+    audit_jsonl: bool = True
+    audit_jsonl_dir: Path | None = None
+
     pii_pseudonymize: bool = Field(default=True, validation_alias="PII_PSEUDONYMIZE")
     allow_semantic_forget: bool = Field(default=False, validation_alias="ALLOW_SEMANTIC_FORGET")
+
+    # forget by query: how many recall candidates are considered, and the cosine similarity
+    # a candidate needs to count as a match (records that use a vault value named in the
+    # query always match)
+    forget_candidates: int = Field(default=10, ge=1, le=100)
+    forget_min_similarity: float = Field(default=0.45, ge=-1.0, le=1.0)
+
+    # retention (SPEC section 10): score = 2^(-idle_days / half_life) * (w_recency
+    #   + w_access * min(1, ln(1 + access_count) / ln(1 + saturation))), idle since the last
+    #   access (or creation); pinned memories are never archived nor deleted.
+    # A memory idle for at least min_idle_days scoring below archive_below is archived;
+    # with delete_unused_days set, unpinned memories idle that long are forgotten.
+    retention_half_life_days: float = Field(default=30.0, gt=0)
+    retention_recency_weight: float = Field(default=0.6, ge=0)
+    retention_access_weight: float = Field(default=0.4, ge=0)
+    retention_access_saturation: int = Field(default=10, ge=1)
+    retention_archive_below: float = Field(default=0.15, ge=0)
+    retention_min_idle_days: float = Field(default=14.0, ge=0)
+    retention_delete_unused_days: float | None = Field(default=None, gt=0)
+    retention_interval_hours: float = Field(default=0.0, ge=0)  # 0: no in-process schedule
+
+    # chat (SPEC section 5): "offline" answers from the retrieved records with no model;
+    # "openai" is any OpenAI-compatible endpoint (OpenAI, Ollama, vLLM, llama.cpp, LiteLLM)
+    chat_provider: Literal["offline", "openai"] = "offline"
+    chat_model: str = "gpt-4o-mini"
+    chat_base_url: str = "https://api.openai.com/v1"
+    chat_api_key: str | None = None
+    chat_timeout_seconds: float = Field(default=60.0, gt=0)
+    chat_temperature: float = Field(default=0.2, ge=0, le=2)
+    chat_max_tokens: int | None = Field(default=None, ge=1)
+    chat_k: int = Field(default=5, ge=1, le=20)
 
 
 def get_settings() -> Settings:

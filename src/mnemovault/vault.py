@@ -30,6 +30,7 @@ from psycopg.types.json import Jsonb
 from pydantic import ValidationError as PydanticValidationError
 
 from mnemovault.audit import log as audit
+from mnemovault.audit.service import AuditService
 from mnemovault.auth import ROLE_PERMISSIONS, Principal, Role, hash_secret, new_key, parse_token
 from mnemovault.auth import validate_tenant as _validate_tenant
 from mnemovault.config import Settings
@@ -119,6 +120,7 @@ class MemoryVault:
         self.keyring = keyring or load_keyring(settings)
         self.pii = PiiVault(self.keyring)
         self.detectors = default_detectors(settings)
+        self.audit = _setup_audit(db, settings)
         self.weights = FusionWeights(
             rrf_k=settings.recall_rrf_k,
             vector=settings.recall_vector_weight,
@@ -781,6 +783,22 @@ class MemoryVault:
             conn.execute("SELECT 1")
         return {"status": "ok", "embedder": self.embedder.model,
                 "dimension": self.embedder.dimension}
+
+
+def _setup_audit(db: Database, settings: Settings) -> AuditService:
+    """Checkpoint signing (key file outside the database) and the JSON Lines mirror."""
+    from mnemovault.audit import log as audit_log
+    from mnemovault.audit.mirror import JsonlMirror
+
+    data_dir = Path(settings.data_dir).expanduser()
+    audit_log.configure(audit_log.AuditConfig(
+        key_path=settings.audit_signing_key or data_dir / "audit_signing.key",
+        origin=settings.audit_origin, checkpoint_rows=settings.audit_checkpoint_rows,
+        checkpoint_seconds=settings.audit_checkpoint_seconds))
+    if settings.audit_jsonl and not db.after_commit:
+        db.after_commit.append(
+            JsonlMirror(db, settings.audit_jsonl_dir or data_dir / "audit").sync)
+    return AuditService(db)
 
 
 def load_keyring(settings: Settings) -> KeyRing:

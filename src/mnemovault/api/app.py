@@ -191,4 +191,7 @@ def create_app(vault: MemoryVault) -> FastAPI:
             raise NotFound("placeholder: no live vault entry", field="placeholder")
         return {"shredded": done}
 
+    from mnemovault.api.admin import audit_router
+
+    app.include_router(audit_router(vault, principal))
     return app

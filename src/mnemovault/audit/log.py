@@ -1,28 +1,103 @@
 """Appending audit rows inside the caller's transaction (SPEC section 6).
 
-One chain per tenant: the per-tenant head row is locked (``SELECT … FOR UPDATE``) in the
+One chain per tenant. The per-tenant head row is locked (``SELECT … FOR UPDATE``) in the
 same transaction as the change it records, so concurrent writers serialise and the chain
-never forks. ``row_hash = SHA-256(prev_hash || row_bytes)`` where ``row_bytes`` is the
-canonical JSON of the row (canonicalised once, here; the stored bytes are what is hashed).
-Rows hold ids, counts and keyed hashes only, never a personal value.
+never forks. The row is canonicalised once (:func:`mnemovault.audit.chain.build_row`) and
+``row_hash = SHA-256(prev_hash || row_bytes)`` is computed over the stored bytes.
+
+The head row also keeps the RFC 9162 compact range of the tenant's Merkle tree; each
+append stores the perfect nodes it completes (so proofs read O(log n) rows) and, every
+``checkpoint_rows`` rows or ``checkpoint_seconds`` seconds, a signed checkpoint (C2SP
+signed note, Ed25519; the signing key lives outside the database).
+
+Rows hold ids, counts, placeholders and keyed hashes only, never a personal value.
 """
 
 from __future__ import annotations
 
-import hashlib
+import threading
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import psycopg
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from mnemovault.audit.canonical import canonical_json
+from mnemovault.audit.chain import GENESIS_HASH, build_row
+from mnemovault.audit.checkpoint import (
+    generate_signing_key,
+    load_private_key,
+    sign_checkpoint,
+    write_public_key,
+)
+from mnemovault.audit.merkle import CompactRange, leaf_hash
+from mnemovault.store.db import note_audit_append
 
-GENESIS_HASH = bytes(32)
+HASH = 32
 
 
-def format_ts(ts: datetime) -> str:
-    """The one timestamp format of the log: UTC, microseconds, ``Z``."""
-    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+@dataclass
+class AuditConfig:
+    """Where checkpoints come from. ``key_path`` holds the Ed25519 signing key (PKCS#8 PEM,
+    mode 0600, created on first use; its public half in ``<key_path>.pub``)."""
+
+    key_path: Path | None = None
+    origin: str = "mnemovault/audit"
+    checkpoint_rows: int = 1000
+    checkpoint_seconds: float = 3600.0
+    _key: Ed25519PrivateKey | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def signing_key(self) -> Ed25519PrivateKey | None:
+        if self.key_path is None:
+            return None
+        with self._lock:
+            if self._key is None:
+                if self.key_path.exists():
+                    self._key = load_private_key(self.key_path)
+                else:
+                    self.key_path.parent.mkdir(parents=True, exist_ok=True)
+                    self._key = generate_signing_key(self.key_path)
+                    write_public_key(self.public_key_path, self._key.public_key(),
+                                     name=self.origin)
+            return self._key
+
+    @property
+    def public_key_path(self) -> Path:
+        assert self.key_path is not None
+        return self.key_path.with_name(self.key_path.name + ".pub")
+
+    def origin_for(self, tenant: str) -> str:
+        return f"{self.origin}/{tenant}"
+
+
+config = AuditConfig()
+
+
+def configure(new: AuditConfig) -> None:
+    """Set the process-wide checkpoint configuration (done by ``MemoryVault.open``)."""
+    global config
+    config = new
+
+
+def _peaks(blob: bytes) -> list[bytes]:
+    return [bytes(blob[i : i + HASH]) for i in range(0, len(blob), HASH)]
+
+
+def _head(conn: psycopg.Connection[Any], tenant: str) -> dict[str, Any]:
+    head = conn.execute(
+        "SELECT seq, head_hash, peaks, checkpoint_size, checkpoint_at FROM audit_heads "
+        "WHERE tenant_id = %s FOR UPDATE", (tenant,)).fetchone()
+    if head is None:
+        conn.execute(
+            "INSERT INTO audit_heads (tenant_id, seq, head_hash) VALUES (%s, 0, %s) "
+            "ON CONFLICT (tenant_id) DO NOTHING", (tenant, GENESIS_HASH))
+        head = conn.execute(
+            "SELECT seq, head_hash, peaks, checkpoint_size, checkpoint_at FROM audit_heads "
+            "WHERE tenant_id = %s FOR UPDATE", (tenant,)).fetchone()
+    assert head is not None
+    return dict(head) if not isinstance(head, dict) else head
 
 
 def append(
@@ -43,48 +118,67 @@ def append(
     Raises:
         CanonicalFormError: a value cannot be canonicalised (e.g. an integer beyond ±2^53).
     """
-    head = conn.execute(
-        "SELECT seq, head_hash FROM audit_heads WHERE tenant_id = %s FOR UPDATE", (tenant,)
-    ).fetchone()
-    if head is None:
-        conn.execute(
-            "INSERT INTO audit_heads (tenant_id, seq, head_hash) VALUES (%s, 0, %s) "
-            "ON CONFLICT (tenant_id) DO NOTHING",
-            (tenant, GENESIS_HASH),
-        )
-        head = conn.execute(
-            "SELECT seq, head_hash FROM audit_heads WHERE tenant_id = %s FOR UPDATE", (tenant,)
-        ).fetchone()
-    assert head is not None
-    seq = int(_get(head, "seq", 0)) + 1
-    prev_hash = bytes(_get(head, "head_hash", 1))
+    head = _head(conn, tenant)
+    seq = int(head["seq"]) + 1
     now = datetime.now(UTC)
-    row = {
-        "seq": seq,
-        "tenant_id": tenant,
-        "ts": format_ts(now),
-        "actor": actor,
-        "agent": agent,
-        "operation": operation,
-        "memory_ids": memory_ids or [],
-        "trigger": trigger,
-        "provenance": provenance or {},
-        "request_id": request_id,
-        "details": details or {},
-    }
-    row_bytes = canonical_json(row)
-    row_hash = hashlib.sha256(prev_hash + row_bytes).digest()
+    row_bytes, row_hash = build_row(
+        prev_hash=bytes(head["head_hash"]), seq=seq, tenant_id=tenant, ts=now,
+        operation=operation, actor=actor, agent=agent, memory_ids=memory_ids or [],
+        trigger=trigger, provenance=provenance or {}, request_id=request_id,
+        details=details or {})
     conn.execute(
         "INSERT INTO audit_log (tenant_id, seq, ts, operation, row_bytes, prev_hash, row_hash) "
         "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-        (tenant, seq, now, operation, row_bytes, prev_hash, row_hash),
-    )
+        (tenant, seq, now, operation, row_bytes, bytes(head["head_hash"]), row_hash))
+    cr = CompactRange(seq - 1, _peaks(bytes(head["peaks"])))
+    nodes = cr.append(leaf_hash(row_bytes))
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO audit_nodes (tenant_id, level, idx, hash) VALUES (%s, %s, %s, %s)",
+            [(tenant, level, idx, h) for level, idx, h in nodes])
+    cp_size, cp_at = int(head["checkpoint_size"]), head["checkpoint_at"]
+    due = (seq - cp_size >= config.checkpoint_rows
+           or (cp_at is not None and (now - cp_at).total_seconds() >= config.checkpoint_seconds)
+           or cp_size == 0)
+    if due and _write_checkpoint(conn, tenant, seq, cr.root(), now):
+        cp_size, cp_at = seq, now
     conn.execute(
-        "UPDATE audit_heads SET seq = %s, head_hash = %s WHERE tenant_id = %s",
-        (seq, row_hash, tenant),
-    )
+        "UPDATE audit_heads SET seq = %s, head_hash = %s, peaks = %s, checkpoint_size = %s, "
+        "checkpoint_at = %s WHERE tenant_id = %s",
+        (seq, row_hash, b"".join(cr.peaks), cp_size, cp_at, tenant))
+    note_audit_append(tenant)
     return seq
 
 
-def _get(row: Any, name: str, index: int) -> Any:
-    return row[name] if isinstance(row, dict) else row[index]
+def _write_checkpoint(conn: psycopg.Connection[Any], tenant: str, size: int, root: bytes,
+                      now: datetime) -> bool:
+    key = config.signing_key()
+    if key is None:
+        return False
+    note = sign_checkpoint(config.origin_for(tenant), size, root, key)
+    conn.execute(
+        "INSERT INTO audit_checkpoints (tenant_id, size, root, note, created_at) "
+        "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING", (tenant, size, root, note, now))
+    return True
+
+
+def checkpoint_now(conn: psycopg.Connection[Any], tenant: str) -> dict[str, Any] | None:
+    """Sign a checkpoint of the tenant's tree at its current size (if it has rows and the
+    latest checkpoint is older). Returns the latest checkpoint row."""
+    head = _head(conn, tenant)
+    seq = int(head["seq"])
+    if seq and int(head["checkpoint_size"]) < seq:
+        cr = CompactRange(seq, _peaks(bytes(head["peaks"])))
+        now = datetime.now(UTC)
+        if _write_checkpoint(conn, tenant, seq, cr.root(), now):
+            conn.execute("UPDATE audit_heads SET checkpoint_size = %s, checkpoint_at = %s "
+                         "WHERE tenant_id = %s", (seq, now, tenant))
+    return latest_checkpoint(conn)
+
+
+def latest_checkpoint(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
+    row = conn.execute("SELECT size, root, note, created_at FROM audit_checkpoints "
+                       "ORDER BY size DESC LIMIT 1").fetchone()
+    return dict(row) if row is not None else None
+
+

@@ -4,8 +4,9 @@ application role, under row-level security, with the tenant set per transaction)
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,17 @@ from mnemovault.errors import ConfigError, Unavailable
 log = logging.getLogger(__name__)
 
 TENANT_SETTING = "mnemovault.tenant_id"
+
+# Tenants whose audit chain grew in the current transaction: after it commits, the
+# database's after-commit hooks run for each (the audit log's JSON Lines mirror).
+_audited: ContextVar[set[str] | None] = ContextVar("mnemovault_audited", default=None)
+
+
+def note_audit_append(tenant: str) -> None:
+    """Called by the audit log when it appends a row inside :meth:`Database.transaction`."""
+    pending = _audited.get()
+    if pending is not None:
+        pending.add(tenant)
 
 
 def _sqlalchemy_url(url: str) -> str:
@@ -46,6 +58,7 @@ class Database:
         self.pool_max_size = pool_max_size
         self.embedded_dir = embedded_dir
         self._pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] | None = None
+        self.after_commit: list[Callable[[str], object]] = []
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Database:
@@ -165,9 +178,22 @@ class Database:
         if self._pool is None:
             self.open()
         assert self._pool is not None
-        with self._pool.connection() as conn, conn.transaction():
-            conn.execute("SELECT set_config(%s, %s, true)", (TENANT_SETTING, tenant))
-            yield conn
+        outer = _audited.get()
+        pending: set[str] = set()
+        token = _audited.set(pending if outer is None else outer)
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                conn.execute("SELECT set_config(%s, %s, true)", (TENANT_SETTING, tenant))
+                yield conn
+        finally:
+            _audited.reset(token)
+        if outer is None:
+            for t in sorted(pending):
+                for hook in self.after_commit:
+                    try:
+                        hook(t)
+                    except Exception:  # a mirror failure never undoes a commit
+                        log.exception("after-commit hook failed for a tenant")
 
     @contextmanager
     def unscoped(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:

@@ -1,0 +1,56 @@
+"""Admin endpoints of the audit log (permission ``audit:read``)."""
+
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import StreamingResponse
+
+from mnemovault.auth import Principal
+from mnemovault.vault import MemoryVault
+
+
+def audit_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:
+    router = APIRouter(prefix="/v1/admin/audit", tags=["audit"])
+    Auth = Annotated[Principal, Depends(principal)]
+
+    @router.get("/export")
+    def export(who: Auth,
+               start: Annotated[int | None, Query(alias="from", ge=1)] = None,
+               end: Annotated[int | None, Query(alias="to", ge=1)] = None) -> StreamingResponse:
+        """The tenant's chain as JSON Lines, rows ``from <= seq <= to`` (inclusive),
+        streamed in sequence order. Verify with ``python -m mnemovault.audit.verify``
+        (``--allow-partial`` for a range that does not start at 1)."""
+        chunks: Iterator[bytes] = vault.audit.export(who, start, end)
+        first = next(chunks, b"")  # errors (permission, range) surface before streaming
+
+        def body() -> Iterator[bytes]:
+            if first:
+                yield first
+            yield from chunks
+
+        return StreamingResponse(body(), media_type="application/x-ndjson")
+
+    @router.get("/checkpoint")
+    def checkpoint(who: Auth) -> dict[str, Any]:
+        """The latest signed checkpoint (C2SP signed note: origin, size, root; Ed25519)."""
+        return vault.audit.checkpoint(who)
+
+    @router.post("/checkpoint")
+    def sign_checkpoint(who: Auth) -> dict[str, Any]:
+        """Sign a checkpoint at the current tree size now."""
+        return vault.audit.checkpoint(who, sign_now=True)
+
+    @router.get("/proof/inclusion")
+    def inclusion(who: Auth, seq: Annotated[int, Query(ge=1)],
+                  size: Annotated[int, Query(ge=1)]) -> dict[str, Any]:
+        """RFC 9162 inclusion proof of row ``seq`` in the tree of ``size`` rows."""
+        return vault.audit.inclusion(who, seq, size)
+
+    @router.get("/proof/consistency")
+    def consistency(who: Auth, first: Annotated[int, Query(ge=1)],
+                    second: Annotated[int, Query(ge=1)]) -> dict[str, Any]:
+        """RFC 9162 consistency proof between tree sizes ``first`` and ``second``."""
+        return vault.audit.consistency(who, first, second)
+
+    return router

@@ -1,0 +1,124 @@
+"""Audit operations for interfaces: export, checkpoints, proofs, verification from the
+database. Each call runs under the caller's tenant (row-level security) and needs
+``audit:read``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from mnemovault.audit import log
+from mnemovault.audit.chain import export_line
+from mnemovault.audit.merkle import (
+    consistency_proof,
+    consistency_proof_node_ids,
+    inclusion_proof,
+    inclusion_proof_node_ids,
+)
+from mnemovault.audit.verify import VerifyResult, verify_rows
+from mnemovault.auth import Principal
+from mnemovault.errors import NotFound, ValidationError
+from mnemovault.store.db import Database
+
+EXPORT_BATCH = 5000
+
+
+class AuditService:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def size(self, who: Principal) -> int:
+        who.require("audit:read")
+        with self.db.transaction(who.tenant) as conn:
+            row = conn.execute("SELECT seq FROM audit_heads").fetchone()
+        return int(row["seq"]) if row else 0
+
+    def export(self, who: Principal, start: int | None = None,
+               end: int | None = None) -> Iterator[bytes]:
+        """JSON Lines of rows ``start <= seq <= end`` (inclusive; default all), in order,
+        read in batches so a large log streams."""
+        who.require("audit:read")
+        lo = 1 if start is None else start
+        hi = end
+        if lo < 1 or (hi is not None and hi < lo):
+            raise ValidationError("from: must be >= 1 and <= to", field="from")
+        seq = lo - 1
+        while True:
+            with self.db.transaction(who.tenant) as conn:
+                rows = conn.execute(
+                    "SELECT seq, row_bytes, prev_hash, row_hash FROM audit_log "
+                    "WHERE seq > %s AND (%s::bigint IS NULL OR seq <= %s) ORDER BY seq LIMIT %s",
+                    (seq, hi, hi, EXPORT_BATCH)).fetchall()
+            if not rows:
+                return
+            yield b"".join(export_line(bytes(r["row_bytes"]), bytes(r["prev_hash"]),
+                                       bytes(r["row_hash"])) for r in rows)
+            seq = rows[-1]["seq"]
+
+    def checkpoint(self, who: Principal, *, sign_now: bool = False) -> dict[str, Any]:
+        """The latest signed checkpoint (with ``sign_now``, first sign one at the current
+        size). Raises NotFound when the tenant has none yet."""
+        who.require("audit:read")
+        with self.db.transaction(who.tenant) as conn:
+            row = (log.checkpoint_now(conn, who.tenant) if sign_now
+                   else log.latest_checkpoint(conn))
+        if row is None:
+            raise NotFound("checkpoint: this tenant has no signed checkpoint yet")
+        return {"size": row["size"], "root": bytes(row["root"]).hex(), "note": row["note"],
+                "created_at": row["created_at"]}
+
+    def _nodes(self, who: Principal, ids: list[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+        if not ids:
+            return {}
+        with self.db.transaction(who.tenant) as conn:
+            rows = conn.execute(
+                "SELECT level, idx, hash FROM audit_nodes WHERE (level, idx) IN "
+                "(SELECT * FROM unnest(%s::smallint[], %s::bigint[]))",
+                ([i[0] for i in ids], [i[1] for i in ids])).fetchall()
+        return {(r["level"], r["idx"]): bytes(r["hash"]) for r in rows}
+
+    def _check_size(self, who: Principal, size: int, name: str) -> None:
+        current = self.size(who)
+        if not 1 <= size <= current:
+            raise ValidationError(f"{name}: must be in 1..{current} (the tree size)", field=name)
+
+    def inclusion(self, who: Principal, seq: int, size: int) -> dict[str, Any]:
+        """RFC 9162 inclusion proof of row ``seq`` (leaf ``seq - 1``) in the tree of
+        ``size`` rows: audit path hashes (hex), leaf hash."""
+        self._check_size(who, size, "size")
+        if not 1 <= seq <= size:
+            raise ValidationError("seq: must be in 1..size", field="seq")
+        ids = inclusion_proof_node_ids(seq - 1, size)
+        nodes = self._nodes(who, [*ids, (0, seq - 1)])
+        proof = inclusion_proof(seq - 1, size, lambda level, i: nodes[(level, i)])
+        return {"seq": seq, "leaf_index": seq - 1, "size": size,
+                "leaf_hash": nodes[(0, seq - 1)].hex(), "proof": [h.hex() for h in proof]}
+
+    def consistency(self, who: Principal, first: int, second: int) -> dict[str, Any]:
+        """RFC 9162 consistency proof between tree sizes ``first`` < ``second``."""
+        self._check_size(who, second, "second")
+        if not 1 <= first <= second:
+            raise ValidationError("first: must be in 1..second", field="first")
+        nodes = self._nodes(who, consistency_proof_node_ids(first, second))
+        proof = consistency_proof(first, second, lambda level, i: nodes[(level, i)])
+        return {"first": first, "second": second, "proof": [h.hex() for h in proof]}
+
+    def verify(self, who: Principal) -> VerifyResult:
+        """Walk the tenant's chain in the database: every link and row hash."""
+        who.require("audit:read")
+
+        def rows() -> Iterator[tuple[int, bytes, bytes, bytes]]:
+            seq = 0
+            while True:
+                with self.db.transaction(who.tenant) as conn:
+                    batch = conn.execute(
+                        "SELECT seq, row_bytes, prev_hash, row_hash FROM audit_log "
+                        "WHERE seq > %s ORDER BY seq LIMIT %s", (seq, EXPORT_BATCH)).fetchall()
+                if not batch:
+                    return
+                for r in batch:
+                    yield (r["seq"], bytes(r["row_bytes"]), bytes(r["prev_hash"]),
+                           bytes(r["row_hash"]))
+                seq = batch[-1]["seq"]
+
+        return verify_rows(rows(), tenant_id=who.tenant)

@@ -1,0 +1,66 @@
+"""Audit log: Merkle state in the head row, stored tree nodes, signed checkpoints.
+
+Revision ID: 0003_audit
+Revises: 0002
+Create Date: 2026-11-30
+
+RFC 9162 tree per tenant chain: leaf ``seq`` has index ``seq - 1``. The head row keeps the
+compact range (the perfect subtree roots, largest first, concatenated) so appending and
+checkpointing need no scan; every perfect node completed by an append is stored in
+``audit_nodes`` so inclusion and consistency proofs read O(log n) rows.
+"""
+
+from alembic import context, op
+
+revision = "0003_audit"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+TABLES = ("audit_nodes", "audit_checkpoints")
+
+
+def upgrade() -> None:
+    role = context.config.attributes.get("app_role", "mnemovault_app")
+    op.execute(
+        """
+        ALTER TABLE audit_heads
+          ADD COLUMN peaks bytea NOT NULL DEFAULT ''::bytea,
+          ADD COLUMN checkpoint_size bigint NOT NULL DEFAULT 0,
+          ADD COLUMN checkpoint_at timestamptz;
+
+        CREATE TABLE audit_nodes (
+          tenant_id text NOT NULL REFERENCES tenants (tenant_id),
+          level     smallint NOT NULL,
+          idx       bigint NOT NULL,
+          hash      bytea NOT NULL,
+          PRIMARY KEY (tenant_id, level, idx)
+        );
+
+        CREATE TABLE audit_checkpoints (
+          tenant_id  text NOT NULL REFERENCES tenants (tenant_id),
+          size       bigint NOT NULL,
+          root       bytea NOT NULL,
+          note       text NOT NULL,
+          created_at timestamptz NOT NULL DEFAULT now(),
+          PRIMARY KEY (tenant_id, size)
+        );
+        """
+    )
+    for table in TABLES:
+        op.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
+        op.execute(
+            f"""
+            CREATE POLICY tenant_isolation ON {table}
+              USING (tenant_id = current_setting('mnemovault.tenant_id', true))
+              WITH CHECK (tenant_id = current_setting('mnemovault.tenant_id', true))
+            """
+        )
+        op.execute(f"GRANT SELECT, INSERT ON {table} TO {role}")
+
+
+def downgrade() -> None:
+    op.execute("DROP TABLE IF EXISTS audit_checkpoints")
+    op.execute("DROP TABLE IF EXISTS audit_nodes")
+    op.execute("ALTER TABLE audit_heads DROP COLUMN peaks, DROP COLUMN checkpoint_size, "
+               "DROP COLUMN checkpoint_at")
