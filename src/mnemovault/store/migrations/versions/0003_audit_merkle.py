@@ -47,6 +47,7 @@ def upgrade() -> None:
         );
         """
     )
+    _backfill()
     for table in TABLES:
         op.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
         op.execute(
@@ -57,6 +58,30 @@ def upgrade() -> None:
             """
         )
         op.execute(f"GRANT SELECT, INSERT ON {table} TO {role}")
+
+
+def _backfill() -> None:
+    """Chains written before this revision: rebuild their Merkle nodes and compact range
+    from the stored rows (checkpoints follow on the next append)."""
+    from sqlalchemy import text
+
+    from mnemovault.audit.merkle import CompactRange, leaf_hash
+
+    bind = op.get_bind()
+    heads = bind.execute(text("SELECT tenant_id FROM audit_heads WHERE seq > 0")).fetchall()
+    for (tenant,) in heads:
+        cr = CompactRange()
+        nodes = []
+        rows = bind.execute(text("SELECT row_bytes FROM audit_log WHERE tenant_id = :t "
+                                 "ORDER BY seq"), {"t": tenant})
+        for (row_bytes,) in rows:
+            nodes += [{"t": tenant, "l": lv, "i": ix, "h": h}
+                      for lv, ix, h in cr.append(leaf_hash(bytes(row_bytes)))]
+        if nodes:
+            bind.execute(text("INSERT INTO audit_nodes (tenant_id, level, idx, hash) "
+                              "VALUES (:t, :l, :i, :h)"), nodes)
+        bind.execute(text("UPDATE audit_heads SET peaks = :p WHERE tenant_id = :t"),
+                     {"p": b"".join(cr.peaks), "t": tenant})
 
 
 def downgrade() -> None:
