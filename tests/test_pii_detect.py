@@ -207,8 +207,11 @@ def test_phone_fallback_regions() -> None:
     assert values(PhoneDetector("US", fallback_regions=["DE"]), "call me on 467 3395") == [
         "467 3395"
     ]
-    # ... and a bare digit run is never read through a fallback region.
-    assert values(PhoneDetector("US", fallback_regions=["DE"]), "call 3660170548") == []
+    # ... and a bare digit run is read through a fallback region only after a phone word.
+    assert values(PhoneDetector("US", fallback_regions=["DE"]), "id 3660170548") == []
+    assert values(PhoneDetector("US", fallback_regions=["DE"]), "call 3660170548") == [
+        "3660170548"
+    ]
 
 
 def test_phone_rejects_unknown_region() -> None:

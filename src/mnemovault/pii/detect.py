@@ -356,7 +356,8 @@ class PhoneDetector:
     prefix that the default region rejects (still one parse per region per candidate, not
     a scan per region). Off by default: some numbering plans (DE, AT, FI...) accept most
     7-11 digit strings, so each fallback trades precision for recall. A number found only
-    through a fallback must be written with separators (``467 3395``, not ``4673395``);
+    through a fallback must be written with separators (``467 3395``, not ``4673395``)
+    unless a phone word precedes it (``Fax: 9498777106``);
     if it has fewer than three digit groups, no parentheses and no trunk ``0`` (the shape
     of ``17151 2450 Crown St``), a phone word (``phone``, ``tel``, ``call``, ``fax``...)
     must precede it within 40 characters. It gets ``fallback_confidence``.
@@ -407,19 +408,23 @@ class PhoneDetector:
             return None
         if _reference_context(text, start):
             return None
+        cue = bool(_PHONE_CUE.search(text, max(0, start - 40), start))
         fallback_ok = bool(self.fallback_regions) and (
             len([g for g in _GROUP_SEP.split(body) if g]) >= 3
             or "(" in body
             or body.startswith("0")
-            or bool(_PHONE_CUE.search(text, max(0, start - 40), start))
+            or cue
         )
-        parsed = self._parse(cand, digits, fallback_ok)
+        parsed = self._parse(cand, digits, fallback_ok, plain_ok=cue)
         if parsed is None:
             return None
         return Finding(start, end, self.kind, cand, parsed, self.name)
 
-    def _parse(self, cand: str, digits: str, fallback_ok: bool) -> float | None:
-        """The confidence of the first valid reading of ``cand``, or ``None``."""
+    def _parse(self, cand: str, digits: str, fallback_ok: bool,
+               plain_ok: bool = False) -> float | None:
+        """The confidence of the first valid reading of ``cand``, or ``None``. A plain digit
+        run is read in the fallback regions only when ``plain_ok`` (a phone word such as
+        ``Fax:`` precedes it)."""
         tries: list[tuple[str, str | None, float]] = []
         if cand.startswith("+"):
             tries.append((cand, None, self.international_confidence))
@@ -430,7 +435,7 @@ class PhoneDetector:
                 # 00 is the international prefix of most of the world (ITU-T E.164 annex).
                 intl = "+" + cand.replace("0", "", 2)
                 tries.append((intl, None, self.international_confidence))
-            if fallback_ok and not cand.isdigit():
+            if fallback_ok and (plain_ok or not cand.isdigit()):
                 tries += [(cand, r, self.fallback_confidence) for r in self.fallback_regions]
         for raw, region, confidence in tries:
             try:
