@@ -91,7 +91,7 @@ def test_demo_runs_and_is_idempotent(data_dir: Path) -> None:
     report = json.loads(res.stdout)
     assert report["import"]["imported"] == 18
     top = report["recall"][1]["hits"][0]["content"]
-    assert "market" in top
+    assert "farmers market" in top
     res = runner.invoke(app, ["--data-dir", str(data_dir), "demo", "--json"])
     assert "skipped" in json.loads(res.stdout)["import"]
 

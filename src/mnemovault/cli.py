@@ -520,7 +520,7 @@ def serve(
 # -- demo (the main job) ----------------------------------------------------------------------
 DEMO_QUESTIONS = (
     "Which pets can Priya be around?",
-    "Where does Priya buy her groceries?",
+    "Which market does Priya go to every Saturday?",
 )
 
 

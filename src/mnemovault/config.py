@@ -37,9 +37,10 @@ class Settings(BaseSettings):
 
     # recall tuning (defaults chosen by bench/locomo_recall, see README)
     recall_candidates: int = 100
-    recall_rrf_k: int = 60
-    recall_vector_weight: float = 1.0
-    recall_text_weight: float = 0.5
+    recall_fusion: Literal["convex", "rrf"] = "convex"
+    recall_rrf_k: int = 5
+    recall_vector_weight: float = 0.4
+    recall_text_weight: float = 0.6
     recall_recency_weight: float = 0.05
     recall_recency_half_life_days: float = 30.0
     hnsw_ef_search: int = 100
@@ -64,11 +65,13 @@ class Settings(BaseSettings):
     pii_pseudonymize: bool = Field(default=True, validation_alias="PII_PSEUDONYMIZE")
     allow_semantic_forget: bool = Field(default=False, validation_alias="ALLOW_SEMANTIC_FORGET")
 
-    # forget by query: how many recall candidates are considered, and the cosine similarity
-    # a candidate needs to count as a match (records that use a vault value named in the
-    # query always match)
+    # forget by query: how many recall candidates are considered; a candidate matches when
+    # its cosine similarity is at least forget_min_similarity and within
+    # forget_similarity_margin of the best one (records that use a vault value the query
+    # names always match)
     forget_candidates: int = Field(default=10, ge=1, le=100)
-    forget_min_similarity: float = Field(default=0.45, ge=-1.0, le=1.0)
+    forget_min_similarity: float = Field(default=0.3, ge=-1.0, le=1.0)
+    forget_similarity_margin: float = Field(default=0.2, ge=0.0, le=2.0)
 
     # retention (SPEC section 10): score = 2^(-idle_days / half_life) * (w_recency
     #   + w_access * min(1, ln(1 + access_count) / ln(1 + saturation))), idle since the last

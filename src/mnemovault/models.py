@@ -87,6 +87,9 @@ class MemoryInput(BaseModel):
     provenance: Provenance = Field(default_factory=Provenance)
     created_at: datetime | None = None
     entities: list[Entity] = Field(default_factory=list, max_length=100)
+    derived_from: list[uuid.UUID] = Field(default_factory=list, max_length=100)
+    """Lineage: the memories (same tenant and scope) this one was derived from, e.g. the
+    episodes a fact was distilled from. Forgetting any of them forgets this one too."""
 
     @field_validator("content")
     @classmethod
@@ -187,4 +190,31 @@ class ForgetResult(BaseModel):
 
     deleted: list[uuid.UUID]
     not_found: list[uuid.UUID]
+    audit_seq: int | None
+    derived: list[uuid.UUID] = Field(default_factory=list)
+    """The subset of ``deleted`` that went by lineage (derived from a forgotten memory)."""
+    shredded: list[str] = Field(default_factory=list)
+    """Vault placeholders crypto-shredded: no remaining record used them, or the forget
+    query named their value."""
+    graph_nodes_removed: int = 0
+    graph_edges_removed: int = 0
+
+
+class PinResult(BaseModel):
+    """What pin/unpin changed: ids now (un)pinned, ids not found (or not visible to the
+    caller: the two are not told apart) and the audit sequence number (None: no change)."""
+
+    changed: list[uuid.UUID]
+    not_found: list[uuid.UUID]
+    audit_seq: int | None
+
+
+class RetentionResult(BaseModel):
+    """One retention run over one tenant: memories archived (score below the threshold)
+    and, when ``retention_delete_unused_days`` is set, forgotten (idle that long)."""
+
+    tenant: str
+    archived: list[uuid.UUID]
+    deleted: list[uuid.UUID]
+    dry_run: bool
     audit_seq: int | None

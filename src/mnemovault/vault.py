@@ -2,7 +2,7 @@
 
 Write path (SPEC section 2), in this order; the stored part is one transaction:
 
-1. (chat only, later) in-band command check
+1. (chat only) in-band command check  -> :func:`mnemovault.governance.commands.handle`
 2. capture guard            -> :meth:`MemoryVault._guard`        (seam, issue: capture guard)
 3. injection sanitiser      -> :meth:`MemoryVault._sanitise`     (seam, issue: sanitiser)
 4. pseudonymisation         -> :meth:`MemoryVault._pseudonymise` (seam, issue 3: PII vault)
@@ -33,25 +33,30 @@ from mnemovault.audit import log as audit
 from mnemovault.audit.service import AuditService
 from mnemovault.auth import ROLE_PERMISSIONS, Principal, Role, hash_secret, new_key, parse_token
 from mnemovault.auth import validate_tenant as _validate_tenant
+from mnemovault.chat.models import ChatRequest, ChatResult, ChatStream
 from mnemovault.config import Settings
 from mnemovault.embed import Embedder, make_embedder
-from mnemovault.errors import Conflict, NotFound, Unauthenticated, ValidationError
+from mnemovault.errors import Conflict, NotFound, Refused, Unauthenticated, ValidationError
 from mnemovault.governance import forget as forget_mod
+from mnemovault.governance import graph, lineage, retention
 from mnemovault.ids import uuid7
+from mnemovault.llm import ChatProvider, make_provider
 from mnemovault.models import (
     ForgetResult,
     Hit,
     Memory,
     MemoryInput,
     Page,
+    PinResult,
     Provenance,
     RecallFilters,
     Receipt,
+    RetentionResult,
 )
 from mnemovault.pii.crypto import KeyRing
 from mnemovault.pii.detect import Detector
 from mnemovault.pii.pseudonymise import Pseudonymiser
-from mnemovault.pii.vault import PLACEHOLDER_RE, PiiVault, render
+from mnemovault.pii.vault import ERASED, PLACEHOLDER_RE, PiiVault, render
 from mnemovault.recall.ranking import FusionWeights, fuse
 from mnemovault.recall.search import text_candidates, vector_candidates
 from mnemovault.store.db import Database
@@ -122,6 +127,7 @@ class MemoryVault:
         self.detectors = default_detectors(settings)
         self.audit = _setup_audit(db, settings)
         self.weights = FusionWeights(
+            method=settings.recall_fusion,
             rrf_k=settings.recall_rrf_k,
             vector=settings.recall_vector_weight,
             text=settings.recall_text_weight,
@@ -322,19 +328,30 @@ class MemoryVault:
         provenance: dict[str, Any] | None = None,
         created_at: datetime | None = None,
         entities: builtins.list[dict[str, str]] | None = None,
+        derived_from: Sequence[uuid.UUID | str] | None = None,
         principal: Principal | None = None,
         request_id: str | None = None,
     ) -> Receipt:
         """Remember one memory. See :meth:`remember_many`. ``entities`` names personal values
-        (``[{"kind": "person", "value": "Ada"}]``) to pseudonymise here and from now on."""
+        (``[{"kind": "person", "value": "Ada"}]``) to pseudonymise here and from now on;
+        ``derived_from`` the memories (same scope) it was derived from: forgetting any of
+        them forgets this one too."""
         item = {"content": content, "scope": scope, "subject": subject, "type": type,
                 "key": key, "provenance": provenance or {}, "created_at": created_at,
-                "entities": entities or []}
+                "entities": entities or [], "derived_from": list(derived_from or [])}
         try:
             parsed = MemoryInput.model_validate(item)
         except PydanticValidationError as exc:
             raise validation_error_from_pydantic(exc) from None
-        return self.remember_many([parsed], principal=principal, request_id=request_id)[0]
+        try:
+            return self.remember_many([parsed], principal=principal,
+                                      request_id=request_id)[0]
+        except ValidationError as exc:
+            if exc.field and exc.field.startswith("items.0."):
+                name = exc.field.removeprefix("items.0.")
+                raise ValidationError(f"{name}: {exc.message.split(': ', 1)[-1]}",
+                                      field=name) from None
+            raise
 
     def remember_many(
         self,
@@ -375,12 +392,16 @@ class MemoryVault:
             raise Conflict(
                 "key: a concurrent write created a version of this key; retrying is safe",
                 field="key") from None
+        except psycopg.errors.ForeignKeyViolation:
+            raise Conflict("derived_from: a memory this write refers to was forgotten "
+                           "concurrently; retrying is safe", field="derived_from") from None
 
     def _store(self, conn: psycopg.Connection[Any], prepared: builtins.list[_Prepared],
                vectors: Any, who: Principal, request_id: str | None,
                trigger: str) -> builtins.list[Receipt]:
-        """Step 6 of the write path: the memories and the audit row, in the caller's
-        transaction."""
+        """Step 6 of the write path: the memories, their lineage and graph entries, and the
+        audit row, in the caller's transaction."""
+        lineage.check_sources(conn, [(p.item.scope, p.item.derived_from) for p in prepared])
         now = datetime.now(UTC)
         receipts: builtins.list[Receipt] = []
         rows = []
@@ -407,6 +428,7 @@ class MemoryVault:
                                     superseded=parent, placeholders=p.placeholders,
                                     audit_seq=0))
         self._insert(conn, rows)
+        self._index(conn, who.tenant, prepared, receipts)
         seq = audit.append(
             conn, tenant=who.tenant, operation="REMEMBER", actor=who.actor, agent=who.agent,
             memory_ids=[str(r.id) for r in receipts], trigger=trigger, request_id=request_id,
@@ -418,6 +440,19 @@ class MemoryVault:
         for r in receipts:
             r.audit_seq = seq
         return receipts
+
+    def _index(self, conn: psycopg.Connection[Any], tenant: str,
+               prepared: builtins.list[_Prepared], receipts: builtins.list[Receipt]) -> None:
+        """Lineage rows and entity-graph entries of freshly stored memories (same
+        transaction): every placeholder of every stored free-text field is a node."""
+        pairs = [(r.id, s) for p, r in zip(prepared, receipts, strict=True)
+                 for s in dict.fromkeys(p.item.derived_from)]
+        lineage.record(conn, tenant, pairs)
+        plain = not self.settings.pii_pseudonymize
+        graph.index(conn, tenant, [
+            graph.mentions(r.id, _stored_texts(p),
+                           [(e.kind, e.value) for e in p.item.entities] if plain else [])
+            for p, r in zip(prepared, receipts, strict=True)])
 
     @staticmethod
     def _insert(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> None:
@@ -448,8 +483,9 @@ class MemoryVault:
 
         Hybrid: the ``recall_candidates`` nearest by cosine distance (HNSW index, with
         ``hnsw.iterative_scan`` so filters still yield enough rows) and the same number by
-        full-text rank (``ts_rank_cd`` over any of the query's terms) are fused by weighted
-        reciprocal rank plus recency and pin terms (:mod:`mnemovault.recall.ranking`).
+        BM25 over the stored full-text vectors are fused (a convex combination of
+        normalised scores by default) plus recency and pin terms
+        (:mod:`mnemovault.recall.ranking`).
         Archived, superseded and pending-review memories are excluded unless
         ``filters.include_archived`` (archived only; the others never).
 
@@ -494,7 +530,8 @@ class MemoryVault:
             trows = text_candidates(conn, query, where, params, n)
             meta = {r["id"]: (r["created_at"], r["pinned"]) for r in (*vrows, *trows)}
             fused = fuse([(r["id"], 1.0 - float(r["distance"])) for r in vrows],
-                         [r["id"] for r in trows], meta, datetime.now(UTC), self.weights)[:k]
+                         [(r["id"], float(r["score"])) for r in trows], meta,
+                         datetime.now(UTC), self.weights)[:k]
             ids = [x.id for x in fused]
             if not ids:
                 return []
@@ -613,15 +650,178 @@ class MemoryVault:
         nxt = items[-1].id if len(rows) > limit else None
         return Page(items=items, next_cursor=nxt)
 
-    # -- forget ---------------------------------------------------------------------------
-    def forget_preview(self, ids: Sequence[uuid.UUID | str], *,
-                       principal: Principal | None = None) -> builtins.list[dict[str, Any]]:
-        """What :meth:`delete` of ``ids`` would remove (versions included); deletes nothing."""
+    # -- forget, pin, retention (SPEC sections 4 and 10) -----------------------------------
+    def _query_placeholders(self, conn: psycopg.Connection[Any], tenant: str,
+                            query: str) -> tuple[builtins.list[str], builtins.list[str]]:
+        """The live vault placeholders a query names: (values whose original appears in it,
+        placeholders typed in it). Lookups only: nothing is written."""
+        if not self.settings.pii_pseudonymize:
+            return [], []
+        detected = self._pseudonymiser(conn, tenant, read_only=True).rewrite(
+            query, create=False).placeholders
+        typed = [m.group(0) for m in PLACEHOLDER_RE.finditer(query)]
+        wanted = sorted({*detected, *typed})
+        if not wanted:
+            return [], []
+        live = {r["placeholder"] for r in conn.execute(
+            "SELECT placeholder FROM pii_values WHERE placeholder = ANY(%s) "
+            "AND shredded_at IS NULL", (wanted,)).fetchall()}
+        return (sorted(live & set(detected)), sorted(live & set(typed)))
+
+    def _query_matches(self, query: str, scope: str, who: Principal,
+                       k: int | None = None) -> builtins.list[uuid.UUID]:
+        """The memories of ``scope`` a forget query matches, best first: among the
+        ``forget_candidates`` recall candidates (archived included, statistics untouched),
+        those whose cosine similarity is at least ``forget_min_similarity`` and within
+        ``forget_similarity_margin`` of the best one; then every memory whose stored fields
+        use a vault value the query names (by its original or its placeholder)."""
+        if not isinstance(query, str) or not query.strip():
+            raise ValidationError("query: must not be blank", field="query")
+        hits = self.recall(query, scope=scope, k=k or self.settings.forget_candidates,
+                           filters={"include_archived": True}, principal=who, touch=False)
+        sims = sorted(((h.similarity, h.memory.id) for h in hits if h.similarity is not None),
+                      key=lambda x: -x[0])
+        floor = self.settings.forget_min_similarity
+        if sims:
+            floor = max(floor, sims[0][0] - self.settings.forget_similarity_margin)
+        out = [mid for sim, mid in sims if sim >= floor]
+        with self.db.transaction(who.tenant) as conn:
+            detected, typed = self._query_placeholders(conn, who.tenant, query)
+            if detected or typed:
+                rows = conn.execute(
+                    "SELECT DISTINCT s.memory_id FROM graph_node_support s JOIN memories m "
+                    "ON m.tenant_id = s.tenant_id AND m.id = s.memory_id "
+                    "WHERE s.node_id = ANY(%s) AND m.scope = %s ORDER BY s.memory_id",
+                    ([*detected, *typed], self._translate(conn, who.tenant, scope) or scope),
+                ).fetchall()
+                out += [r["memory_id"] for r in rows]
+        return builtins.list(dict.fromkeys(out))
+
+    def forget_preview(
+        self,
+        ids: Sequence[uuid.UUID | str] | None = None,
+        *,
+        query: str | None = None,
+        scope: str | None = None,
+        principal: Principal | None = None,
+    ) -> builtins.list[dict[str, Any]]:
+        """What :meth:`forget` of ``ids`` (or of what ``query`` matches in ``scope``) would
+        delete, deleting nothing: the named memories, their versions and what was derived
+        from them. Each row: ``id``, ``type``, ``archived``, ``status``, ``created_at``,
+        ``reason`` (``named``, ``version`` or ``derived``) and ``excerpt`` (the first 180
+        characters as stored, shredded values shown ``[erased]``). Named rows come first,
+        best match first for a query. Ids elsewhere (another tenant, or another scope when
+        one is given) are left out, never revealed.
+
+        Raises:
+            ValidationError: neither ids nor a query, a malformed id, a query without scope.
+        """
         who = self._who(principal)
         who.require("memory:read")
-        parsed = [_parse_id(i, f"ids.{n}") for n, i in enumerate(ids)]
+        scope = scope if scope is not None else who.scope
+        who.check_scope(scope)
+        if query is not None:
+            if scope is None:
+                raise ValidationError("scope: required with a query", field="scope")
+            parsed = self._query_matches(query, scope, who)
+        elif ids:
+            parsed = [_parse_id(i, f"ids.{n}") for n, i in enumerate(ids)]
+        else:
+            raise ValidationError("ids: give memory ids or a query", field="ids")
+        if not parsed:
+            return []
         with self.db.transaction(who.tenant) as conn:
-            return forget_mod.preview(conn, parsed)
+            sscope = self._translate(conn, who.tenant, scope) if scope is not None else None
+            rows, _ = forget_mod.preview(conn, parsed, scope=sscope)
+            erased = self.pii.erased_placeholders(
+                conn, {m.group(0) for r in rows for m in PLACEHOLDER_RE.finditer(r["content"])})
+        rank = {mid: n for n, mid in enumerate(parsed)}
+        order = {"named": 0, "version": 1, "derived": 2}
+        rows.sort(key=lambda r: (order[r["reason"]], rank.get(r["id"], 0), r["id"]))
+        return [{"id": r["id"], "type": r["type"], "archived": r["archived"],
+                 "status": r["status"], "created_at": r["created_at"], "reason": r["reason"],
+                 "excerpt": forget_mod.excerpt(render(r["content"], {}, erased))}
+                for r in rows]
+
+    def forget(
+        self,
+        ids: Sequence[uuid.UUID | str] | uuid.UUID | str | None = None,
+        *,
+        query: str | None = None,
+        scope: str | None = None,
+        principal: Principal | None = None,
+        trigger: str = "api",
+        request_id: str | None = None,
+    ) -> ForgetResult:
+        """Forget memories: the governed forget lifecycle of SPEC section 4, in one
+        transaction (:mod:`mnemovault.governance.forget`): the memories and all their
+        versions, the memories derived from them (transitively), graph nodes and edges
+        nothing else supports, vault values no remaining record uses, and one ``FORGET``
+        audit row (count, first ten ids, keyed hash of the query and the placeholders it
+        names, request id; never the query's text).
+
+        ``ids``: exactly these memories. ``query`` alone: what it matches in ``scope``
+        (:meth:`forget_preview` shows it), only with ``ALLOW_SEMANTIC_FORGET=true``.
+        ``query`` with ids: the ids are deleted, and the query is hashed into the audit row.
+        Values whose original appears in the query are shredded even if other records use
+        them when the caller holds ``subject:erase`` (the permission shredding needs);
+        otherwise they follow the unused-value rule. ``scope`` limits the named ids to one
+        scope (ids elsewhere count as not found).
+
+        Raises:
+            Forbidden: missing ``memory:forget`` (service keys lack it).
+            ValidationError: no ids and no query, a malformed id, a blank query.
+            Refused: a query alone while semantic forget is off; ``details["candidates"]``
+                lists the top candidate ids to confirm.
+            Conflict: a concurrent write derived from or mentioned what was being
+                forgotten; nothing was deleted and retrying is safe.
+        """
+        who = self._who(principal)
+        who.require("memory:forget")
+        scope = scope if scope is not None else who.scope
+        who.check_scope(scope)
+        if isinstance(ids, uuid.UUID | str):
+            ids = [ids]
+        parsed = [_parse_id(i, f"ids.{n}") for n, i in enumerate(ids or [])]
+        if query is not None and (not isinstance(query, str) or not query.strip()):
+            raise ValidationError("query: must not be blank", field="query")
+        if not parsed:
+            if query is None:
+                raise ValidationError("ids: at least one id is required", field="ids")
+            if scope is None:
+                raise ValidationError("scope: required with a query", field="scope")
+            candidates = self._query_matches(query, scope, who)
+            if not self.settings.allow_semantic_forget:
+                raise Refused(
+                    "query: forget by query is off (ALLOW_SEMANTIC_FORGET=false); confirm "
+                    "the candidate ids instead", field="query",
+                    candidates=[str(c) for c in candidates[:self.settings.forget_candidates]])
+            if not candidates:
+                return ForgetResult(deleted=[], not_found=[], audit_seq=None)
+            parsed = candidates
+        try:
+            with self.db.transaction(who.tenant) as conn:
+                qhash: str | None = None
+                detected: builtins.list[str] = []
+                typed: builtins.list[str] = []
+                if query is not None:
+                    qhash = forget_mod.query_hash(self.pii.tenant_keys(conn, who.tenant), query)
+                    detected, typed = self._query_placeholders(conn, who.tenant, query)
+                sscope = self._translate(conn, who.tenant, scope) if scope is not None else None
+                out = forget_mod.forget(
+                    conn, tenant=who.tenant, ids=parsed, actor=who.actor, agent=who.agent,
+                    trigger=trigger, request_id=request_id, scope=sscope,
+                    pii=self.pii if self.settings.pii_pseudonymize else None,
+                    query_hash=qhash, query_placeholders=[*detected, *typed],
+                    shred_values=detected if "subject:erase" in who.permissions else [])
+        except psycopg.errors.ForeignKeyViolation:
+            raise Conflict("ids: a concurrent write refers to a memory being forgotten; "
+                           "nothing was deleted and retrying is safe", field="ids") from None
+        return ForgetResult(deleted=out.deleted, not_found=out.not_found,
+                            audit_seq=out.audit_seq, derived=out.derived,
+                            shredded=out.shredded,
+                            graph_nodes_removed=out.graph_nodes_removed,
+                            graph_edges_removed=out.graph_edges_removed)
 
     def delete(
         self,
@@ -631,26 +831,198 @@ class MemoryVault:
         trigger: str = "api",
         request_id: str | None = None,
     ) -> ForgetResult:
-        """Forget memories by id: the governed forget path of SPEC section 4, one transaction
-        with its ``FORGET`` audit row. A memory with a key takes all its versions along.
+        """Forget memories by id: :meth:`forget` with ids only (the same lifecycle).
 
         Raises:
             Forbidden: missing ``memory:forget`` (service keys lack it).
             ValidationError: an id is not a UUID, or no ids were given.
         """
-        who = self._who(principal)
-        who.require("memory:forget")
         if isinstance(ids, uuid.UUID | str):
             ids = [ids]
         if not ids:
             raise ValidationError("ids: at least one id is required", field="ids")
-        parsed = [_parse_id(i, f"ids.{n}") for n, i in enumerate(ids)]
+        return self.forget(ids, principal=principal, trigger=trigger, request_id=request_id)
+
+    def pin(self, ids: Sequence[uuid.UUID | str] | uuid.UUID | str, *,
+            scope: str | None = None, principal: Principal | None = None,
+            trigger: str = "api", request_id: str | None = None) -> PinResult:
+        """Pin memories: exempt from retention (never archived or deleted by it), and back
+        from the archive if they were there; a ``PIN`` audit row. Needs ``memory:forget``.
+
+        Raises:
+            ValidationError: no ids, or a malformed id.
+        """
+        return self._set_pinned(ids, True, scope, principal, trigger, request_id)
+
+    def unpin(self, ids: Sequence[uuid.UUID | str] | uuid.UUID | str, *,
+              scope: str | None = None, principal: Principal | None = None,
+              trigger: str = "api", request_id: str | None = None) -> PinResult:
+        """Unpin memories: back to normal decay; an ``UNPIN`` audit row. As :meth:`pin`."""
+        return self._set_pinned(ids, False, scope, principal, trigger, request_id)
+
+    def _set_pinned(self, ids: Sequence[uuid.UUID | str] | uuid.UUID | str, pinned: bool,
+                    scope: str | None, principal: Principal | None, trigger: str,
+                    request_id: str | None) -> PinResult:
+        who = self._who(principal)
+        who.require("memory:forget")
+        scope = scope if scope is not None else who.scope
+        who.check_scope(scope)
+        if isinstance(ids, uuid.UUID | str):
+            ids = [ids]
+        parsed = builtins.list(dict.fromkeys(_parse_id(i, f"ids.{n}")
+                                             for n, i in enumerate(ids)))
+        if not parsed:
+            raise ValidationError("ids: at least one id is required", field="ids")
         with self.db.transaction(who.tenant) as conn:
-            deleted, missing, seq = forget_mod.forget(
-                conn, tenant=who.tenant, ids=parsed, actor=who.actor, agent=who.agent,
-                trigger=trigger, request_id=request_id, scope=who.scope,
-            )
-        return ForgetResult(deleted=deleted, not_found=missing, audit_seq=seq)
+            params: dict[str, Any] = {"ids": parsed, "pinned": pinned}
+            clause = ""
+            if scope is not None:
+                clause = " AND scope = %(scope)s"
+                params["scope"] = self._translate(conn, who.tenant, scope)
+            rows = conn.execute(
+                "UPDATE memories SET pinned = %(pinned)s, updated_at = now(), "
+                "archived = CASE WHEN %(pinned)s THEN false ELSE archived END "
+                f"WHERE id = ANY(%(ids)s){clause} RETURNING id", params).fetchall()
+            changed = sorted(r["id"] for r in rows)
+            seq = None
+            if changed:
+                seq = audit.append(conn, tenant=who.tenant, operation="PIN" if pinned
+                                   else "UNPIN", actor=who.actor, agent=who.agent,
+                                   memory_ids=[str(i) for i in changed[:10]], trigger=trigger,
+                                   request_id=request_id, details={"count": len(changed)})
+        found = set(changed)
+        return PinResult(changed=changed, not_found=[i for i in parsed if i not in found],
+                         audit_seq=seq)
+
+    def run_retention(self, *, dry_run: bool = False, now: datetime | None = None,
+                      principal: Principal | None = None) -> RetentionResult:
+        """The retention job for the principal's tenant (:mod:`mnemovault.governance.
+        retention`), in one transaction: archive unpinned memories scoring below
+        ``retention_archive_below``, forget (the full lifecycle, trigger ``retention``)
+        unpinned ones idle ``retention_delete_unused_days`` when that is set, and append a
+        ``RETENTION`` audit row. ``dry_run`` lists what would be archived, changing nothing.
+        Needs ``memory:forget``."""
+        who = self._who(principal)
+        who.require("memory:forget")
+        policy = retention.Policy.from_settings(self.settings)
+        now = now or datetime.now(UTC)
+        deleted: builtins.list[uuid.UUID] = []
+        seq = None
+        with self.db.transaction(who.tenant) as conn:
+            archived = retention.archive(conn, policy, now, dry_run=dry_run)
+            if not dry_run:
+                stale = retention.unused(conn, policy, now)
+                if stale:
+                    deleted = forget_mod.forget(
+                        conn, tenant=who.tenant, ids=stale, actor=who.actor, agent=who.agent,
+                        trigger="retention",
+                        pii=self.pii if self.settings.pii_pseudonymize else None).deleted
+                if archived or deleted:
+                    seq = audit.append(
+                        conn, tenant=who.tenant, operation="RETENTION", actor=who.actor,
+                        agent=who.agent, memory_ids=[str(i) for i in archived[:10]],
+                        trigger="retention",
+                        details={"archived": len(archived), "deleted": len(deleted),
+                                 "archive_below": policy.archive_below,
+                                 "half_life_days": policy.half_life_days})
+        return RetentionResult(tenant=who.tenant, archived=archived, deleted=deleted,
+                               dry_run=dry_run, audit_seq=seq)
+
+    def run_retention_all(self, *, dry_run: bool = False,
+                          now: datetime | None = None) -> builtins.list[RetentionResult]:
+        """The retention job for every live tenant (operator path: tenants are listed on
+        the owner's connection, each then runs under row-level security as itself)."""
+        with psycopg.connect(self.db.url) as conn:
+            tenants = [r[0] for r in conn.execute(
+                "SELECT tenant_id FROM tenants WHERE deleted_at IS NULL ORDER BY tenant_id")]
+        out = []
+        for t in tenants:
+            try:
+                out.append(self.run_retention(dry_run=dry_run, now=now,
+                                              principal=self.principal(t)))
+            except Exception:  # one tenant's failure must not stop the others
+                log.exception("retention failed for a tenant")
+        return out
+
+    # -- chat (SPEC sections 4 and 5) -----------------------------------------------------
+    @property
+    def llm(self) -> ChatProvider:
+        """The chat provider (``MNEMOVAULT_CHAT_PROVIDER``; the offline responder by
+        default). Assignable, e.g. to a test double."""
+        provider: ChatProvider | None = getattr(self, "_llm", None)
+        if provider is None:
+            provider = self._llm = make_provider(self.settings)
+        return provider
+
+    @llm.setter
+    def llm(self, provider: ChatProvider) -> None:
+        self._llm = provider
+
+    def chat_stream(self, message: str, *, scope: str, subject: str | None = None,
+                    history: Sequence[dict[str, str]] | None = None, k: int | None = None,
+                    reveal: bool = False, store: bool = True,
+                    principal: Principal | None = None,
+                    request_id: str | None = None) -> ChatStream:
+        """One chat turn, streamed (:mod:`mnemovault.chat.service`): in-band command check,
+        recall, fenced context pack, the model (placeholders only), de-anonymisation for a
+        caller with ``pii:reveal`` who asks (``reveal``), and the exchange stored as an
+        episode derived from the records it was shown, unless ``store`` is false or the
+        message is ``DO_NOT_STORE:``. Everything up to the model runs now, so bad input and
+        missing permissions raise here; iterate the result for its events.
+
+        Raises:
+            ValidationError: bad message, history, scope or k (names the field).
+            Forbidden: a missing permission (named).
+        """
+        from mnemovault.chat.service import open_stream
+
+        req = ChatRequest.parse(message=message, scope=scope, subject=subject,
+                                history=history, k=k, reveal=reveal, store=store)
+        return open_stream(self, req, self._who(principal), request_id)
+
+    def chat(self, message: str, *, scope: str, subject: str | None = None,
+             history: Sequence[dict[str, str]] | None = None, k: int | None = None,
+             reveal: bool = False, store: bool = True, principal: Principal | None = None,
+             request_id: str | None = None) -> ChatResult:
+        """One chat turn, whole: :meth:`chat_stream` collected into a :class:`ChatResult`
+        (the same events, so both behave the same)."""
+        return self.chat_stream(message, scope=scope, subject=subject, history=history, k=k,
+                                reveal=reveal, store=store, principal=principal,
+                                request_id=request_id).collect()
+
+    def redact(self, texts: Sequence[str], *,
+               principal: Principal | None = None) -> builtins.list[str]:
+        """``texts`` as a model may see them: personal values the detectors or the vault
+        know replaced by placeholders (an unknown value by the placeholder it would get).
+        Lookups only: nothing is written."""
+        who = self._who(principal)
+        if not self.settings.pii_pseudonymize or not texts:
+            return builtins.list(texts)
+        with self.db.transaction(who.tenant) as conn:
+            return [self._translate(conn, who.tenant, t) or t for t in texts]
+
+    def placeholder_outputs(self, placeholders: Iterable[str], *, reveal: bool = False,
+                            principal: Principal | None = None,
+                            request_id: str | None = None) -> dict[str, str]:
+        """How each placeholder is shown to this caller: ``[erased]`` when shredded (for
+        everyone), its original value with ``reveal`` (``pii:reveal``; a ``REVEAL`` audit
+        row names the placeholders), else absent (it stays as it is)."""
+        who = self._who(principal)
+        wanted = sorted(set(placeholders))
+        if reveal:
+            who.require("pii:reveal")
+        if not wanted:
+            return {}
+        with self.db.transaction(who.tenant) as conn:
+            if reveal:
+                values = self.pii.reveal_values(conn, who.tenant, wanted)
+                if values:
+                    audit.append(conn, tenant=who.tenant, operation="REVEAL", actor=who.actor,
+                                 agent=who.agent, request_id=request_id, trigger="chat",
+                                 details={"placeholders": sorted(values),
+                                          "count": len(values)})
+                return values
+            return {p: ERASED for p in self.pii.erased_placeholders(conn, wanted)}
 
     # -- PII vault --------------------------------------------------------------------------
     def vault_entries(self, *, limit: int = 50, cursor: str | None = None,
@@ -815,6 +1187,13 @@ def default_detectors(settings: Settings) -> builtins.list[Detector]:
 
     return detect.default_detectors(settings.phone_default_region,
                                     fallback_regions=settings.phone_fallback_regions)
+
+
+def _stored_texts(p: _Prepared) -> builtins.list[str | None]:
+    """Every free-text field of a memory as stored (where placeholders can be)."""
+    prov = p.item.provenance.model_dump(exclude_none=True)
+    return [p.content, p.item.scope, p.item.subject, p.item.key, *p.item.provenance.tags,
+            *(v for k, v in prov.items() if k != "tags" and isinstance(v, str))]
 
 
 def _parse_id(value: uuid.UUID | str, field: str) -> uuid.UUID:

@@ -192,6 +192,8 @@ def create_app(vault: MemoryVault) -> FastAPI:
         return {"shredded": done}
 
     from mnemovault.api.admin import audit_router
+    from mnemovault.api.chat import build_router as chat_router
 
     app.include_router(audit_router(vault, principal))
+    app.include_router(chat_router(vault, principal))
     return app

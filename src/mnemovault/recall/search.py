@@ -86,12 +86,18 @@ def text_candidates(
     ), df AS (
         SELECT lexeme, count(*)::float8 AS df FROM terms GROUP BY lexeme
     )
+    , qmax AS (
+        SELECT sum(ln(1 + (s.n - coalesce(df.df, 0) + 0.5) / (coalesce(df.df, 0) + 0.5)))
+               * (%(k1)s + 1) AS qmax
+        FROM q LEFT JOIN df ON df.lexeme = q.lexeme CROSS JOIN stats s
+    )
     SELECT m.id, m.created_at, m.pinned,
            sum(ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
                * t.tf * (%(k1)s + 1)
-               / (t.tf + %(k1)s * (1 - %(b)s + %(b)s * m.dl / s.avgdl))) AS score
+               / (t.tf + %(k1)s * (1 - %(b)s + %(b)s * m.dl / s.avgdl))) AS score,
+           min(qm.qmax) AS qmax
     FROM matched m JOIN terms t ON t.id = m.id JOIN df ON df.lexeme = t.lexeme
-         CROSS JOIN stats s
+         CROSS JOIN stats s CROSS JOIN qmax qm
     GROUP BY m.id, m.created_at, m.pinned
     ORDER BY score DESC, m.id
     LIMIT %(n)s

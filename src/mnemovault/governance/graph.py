@@ -1,0 +1,153 @@
+"""The entity graph: a node per placeholder (or named entity), an edge per pair of entities
+mentioned in the same memory, each with the memories that support it.
+
+Written by the write path (:func:`index`) in the transaction of the memories it describes;
+cleaned by the forget path (:func:`supported_by`, :func:`delete_support`,
+:func:`delete_orphans`). Node support doubles as the index of which records use which vault
+value: every placeholder in every stored free-text field (content, scope, subject, key,
+tags, provenance values) supports a node, so "no remaining record uses this value" is "its
+node has no support left".
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from mnemovault.pii.vault import PLACEHOLDER_RE, normalise
+
+MAX_EDGE_NODES = 32
+"""Edges join the first 32 distinct entities of a memory (all pairs among them: at most 496
+edges per memory); every entity still gets its node and node support."""
+
+
+@dataclass
+class Mentions:
+    """The graph entries of one memory: nodes (id -> kind) in order of first mention."""
+
+    memory_id: uuid.UUID
+    nodes: dict[str, str] = field(default_factory=dict)
+
+    def edges(self) -> list[tuple[str, str]]:
+        """Unordered pairs as (smaller, larger) in code-point order (``COLLATE "C"``)."""
+        first = list(self.nodes)[:MAX_EDGE_NODES]
+        return [(a, b) if a < b else (b, a) for a, b in itertools.combinations(first, 2)]
+
+
+def mentions(memory_id: uuid.UUID, texts: Iterable[str | None],
+             entities: Sequence[tuple[str, str]] = ()) -> Mentions:
+    """The placeholders in ``texts`` (in order), plus ``entities`` as ``(kind, value)`` pairs
+    keyed ``kind:normalised value``: used only when pseudonymisation is off, where a named
+    entity has no placeholder."""
+    out = Mentions(memory_id)
+    for text in texts:
+        for m in PLACEHOLDER_RE.finditer(text or ""):
+            out.nodes.setdefault(m.group(0), m.group(1))
+    for kind, value in entities:
+        out.nodes.setdefault(f"{kind}:{normalise(value)}", kind)
+    return out
+
+
+def index(conn: psycopg.Connection[Any], tenant: str, items: Sequence[Mentions]) -> None:
+    """Insert nodes, edges and their support rows for freshly stored memories (idempotent)."""
+    nodes: dict[str, str] = {}
+    node_support: list[tuple[str, uuid.UUID]] = []
+    edge_support: list[tuple[str, str, uuid.UUID]] = []
+    for item in items:
+        nodes.update(item.nodes)
+        node_support += [(n, item.memory_id) for n in item.nodes]
+        edge_support += [(a, b, item.memory_id) for a, b in item.edges()]
+    if not nodes:
+        return
+    ordered = sorted(nodes)  # one lock order for every writer
+    conn.execute(
+        "INSERT INTO graph_nodes (tenant_id, node_id, kind) "
+        "SELECT %s, n, k FROM unnest(%s::text[], %s::text[]) AS u(n, k) "
+        "ON CONFLICT DO NOTHING",
+        (tenant, ordered, [nodes[n] for n in ordered]))
+    node_support.sort()
+    conn.execute(
+        "INSERT INTO graph_node_support (tenant_id, node_id, memory_id) "
+        "SELECT %s, n, m FROM unnest(%s::text[], %s::uuid[]) AS u(n, m) "
+        "ON CONFLICT DO NOTHING",
+        (tenant, [n for n, _ in node_support], [m for _, m in node_support]))
+    if not edge_support:
+        return
+    edge_support.sort()
+    pairs = sorted({(a, b) for a, b, _ in edge_support})
+    conn.execute(
+        "INSERT INTO graph_edges (tenant_id, source_node, target_node) "
+        "SELECT %s, a, b FROM unnest(%s::text[], %s::text[]) AS u(a, b) "
+        "ON CONFLICT DO NOTHING",
+        (tenant, [a for a, _ in pairs], [b for _, b in pairs]))
+    conn.execute(
+        "INSERT INTO graph_edge_support (tenant_id, source_node, target_node, memory_id) "
+        "SELECT %s, a, b, m FROM unnest(%s::text[], %s::text[], %s::uuid[]) AS u(a, b, m) "
+        "ON CONFLICT DO NOTHING",
+        (tenant, [a for a, _, _ in edge_support], [b for _, b, _ in edge_support],
+         [m for _, _, m in edge_support]))
+
+
+def supported_by(conn: psycopg.Connection[Any],
+                 ids: Sequence[uuid.UUID]) -> tuple[list[str], list[tuple[str, str]]]:
+    """The nodes and edges that any of ``ids`` supports (sorted)."""
+    nodes = conn.execute(
+        "SELECT DISTINCT node_id FROM graph_node_support WHERE memory_id = ANY(%s) "
+        "ORDER BY node_id", (list(ids),)).fetchall()
+    edges = conn.execute(
+        "SELECT DISTINCT source_node, target_node FROM graph_edge_support "
+        "WHERE memory_id = ANY(%s) ORDER BY source_node, target_node", (list(ids),)).fetchall()
+    return ([r["node_id"] for r in nodes],
+            [(r["source_node"], r["target_node"]) for r in edges])
+
+
+def delete_support(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]) -> int:
+    """Remove the support rows of ``ids``; returns how many were removed."""
+    a = conn.execute("DELETE FROM graph_edge_support WHERE memory_id = ANY(%s)", (list(ids),))
+    b = conn.execute("DELETE FROM graph_node_support WHERE memory_id = ANY(%s)", (list(ids),))
+    return (a.rowcount or 0) + (b.rowcount or 0)
+
+
+def delete_orphans(conn: psycopg.Connection[Any], nodes: Sequence[str],
+                   edges: Sequence[tuple[str, str]]) -> tuple[list[str], int]:
+    """Among ``nodes`` and ``edges``, delete those no memory supports any more (edges
+    first). Returns (node ids removed, sorted; number of edges removed).
+
+    Raises:
+        psycopg.errors.ForeignKeyViolation: a concurrent writer added support meanwhile
+            (the caller maps it to a retryable conflict).
+    """
+    removed_edges = 0
+    if edges:
+        cur = conn.execute(
+            "DELETE FROM graph_edges e USING unnest(%s::text[], %s::text[]) AS u(a, b) "
+            "WHERE e.source_node = u.a AND e.target_node = u.b AND NOT EXISTS ("
+            "  SELECT 1 FROM graph_edge_support s WHERE s.source_node = e.source_node "
+            "  AND s.target_node = e.target_node)",
+            ([a for a, _ in edges], [b for _, b in edges]))
+        removed_edges = cur.rowcount or 0
+    if not nodes:
+        return [], removed_edges
+    rows = conn.execute(
+        "DELETE FROM graph_nodes n WHERE n.node_id = ANY(%s) "
+        "AND NOT EXISTS (SELECT 1 FROM graph_node_support s WHERE s.node_id = n.node_id) "
+        "AND NOT EXISTS (SELECT 1 FROM graph_edges e WHERE e.source_node = n.node_id "
+        "                OR e.target_node = n.node_id) "
+        "RETURNING node_id", (list(nodes),)).fetchall()
+    return sorted(r["node_id"] for r in rows), removed_edges
+
+
+def neighbours(conn: psycopg.Connection[Any], node_id: str) -> list[dict[str, Any]]:
+    """The entities co-mentioned with ``node_id``: node id and number of supporting
+    memories, most supported first."""
+    return list(conn.execute(
+        "SELECT CASE WHEN e.source_node = %(n)s THEN e.target_node ELSE e.source_node END "
+        "AS node_id, count(s.memory_id) AS support FROM graph_edges e "
+        "JOIN graph_edge_support s USING (tenant_id, source_node, target_node) "
+        "WHERE e.source_node = %(n)s OR e.target_node = %(n)s "
+        "GROUP BY 1 ORDER BY support DESC, node_id", {"n": node_id}).fetchall())

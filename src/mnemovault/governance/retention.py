@@ -1,0 +1,139 @@
+"""Retention (SPEC section 10): a score from recency, use and pin; a job that archives the
+memories scoring below a threshold and, optionally, forgets the ones unused for too long.
+
+Score of a memory idle for ``t`` days (since its last access, or its creation if never
+recalled) with ``n`` accesses::
+
+    score = 2^(-t / half_life) * (w_recency + w_access * min(1, ln(1 + n) / ln(1 + sat)))
+
+so it halves every ``half_life`` days of disuse, and use stretches its life (a memory
+recalled ``sat`` times or more keeps ``(w_recency + w_access) / w_recency`` times the score
+of a never-used one). Pinned memories score infinity: never archived, never deleted.
+A memory is archived when it has been idle ``min_idle_days`` or more and scores below
+``archive_below``. Archived memories are left out of recall, still listed (flagged) in
+forget previews, and come back by ``PIN`` or an explicit recall with ``include_archived``.
+
+The job runs per tenant in one transaction with one ``RETENTION`` audit row (counts and the
+first ten ids); deletions go through the forget path with trigger ``retention``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from mnemovault.config import Settings
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Retention thresholds (from :class:`~mnemovault.config.Settings`)."""
+
+    half_life_days: float = 30.0
+    recency_weight: float = 0.6
+    access_weight: float = 0.4
+    access_saturation: int = 10
+    archive_below: float = 0.15
+    min_idle_days: float = 14.0
+    delete_unused_days: float | None = None
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> Policy:
+        return cls(half_life_days=s.retention_half_life_days,
+                   recency_weight=s.retention_recency_weight,
+                   access_weight=s.retention_access_weight,
+                   access_saturation=s.retention_access_saturation,
+                   archive_below=s.retention_archive_below,
+                   min_idle_days=s.retention_min_idle_days,
+                   delete_unused_days=s.retention_delete_unused_days)
+
+
+def score(idle_days: float, access_count: int, pinned: bool, policy: Policy) -> float:
+    """The retention score (module docstring); ``inf`` for a pinned memory."""
+    if pinned:
+        return math.inf
+    use = min(1.0, math.log1p(max(access_count, 0)) / math.log1p(policy.access_saturation))
+    decay = math.pow(2.0, -max(idle_days, 0.0) / policy.half_life_days)
+    return decay * (policy.recency_weight + policy.access_weight * use)
+
+
+# The same formula in SQL (the job must not fetch every row to score it in Python).
+_IDLE_DAYS = ("(extract(epoch FROM (%(now)s::timestamptz - coalesce(last_accessed_at, "
+              "created_at))) / 86400.0)")
+_SCORE_SQL = (f"power(2.0, -greatest({_IDLE_DAYS}, 0) / %(half_life)s) * (%(w_r)s + %(w_a)s * "
+              "least(1.0, ln(1 + greatest(access_count, 0)) / ln(1 + %(sat)s)))")
+
+
+def _params(policy: Policy, now: datetime) -> dict[str, Any]:
+    return {"now": now, "half_life": policy.half_life_days, "w_r": policy.recency_weight,
+            "w_a": policy.access_weight, "sat": policy.access_saturation,
+            "below": policy.archive_below, "min_idle": policy.min_idle_days}
+
+
+def scores(conn: psycopg.Connection[Any], ids: list[uuid.UUID], policy: Policy,
+           now: datetime) -> dict[uuid.UUID, float]:
+    """The score of each of ``ids`` as the job computes it (``inf`` when pinned)."""
+    rows = conn.execute(
+        f"SELECT id, pinned, {_SCORE_SQL} AS score FROM memories WHERE id = ANY(%(ids)s)",
+        {**_params(policy, now), "ids": ids}).fetchall()
+    return {r["id"]: math.inf if r["pinned"] else float(r["score"]) for r in rows}
+
+
+def archive(conn: psycopg.Connection[Any], policy: Policy, now: datetime, *,
+            dry_run: bool = False) -> list[uuid.UUID]:
+    """Archive (or with ``dry_run`` only list) the active, unpinned, unarchived memories of
+    the transaction's tenant idle ``min_idle_days`` or more that score below
+    ``archive_below``. Returns their ids, sorted."""
+    where = (f"NOT pinned AND NOT archived AND status = 'active' "
+             f"AND {_IDLE_DAYS} >= %(min_idle)s AND {_SCORE_SQL} < %(below)s")
+    if dry_run:
+        sql = f"SELECT id FROM memories WHERE {where}"
+    else:
+        sql = (f"UPDATE memories SET archived = true, updated_at = %(now)s "
+               f"WHERE {where} RETURNING id")
+    return sorted(r["id"] for r in conn.execute(sql, _params(policy, now)).fetchall())
+
+
+def unused(conn: psycopg.Connection[Any], policy: Policy, now: datetime) -> list[uuid.UUID]:
+    """Unpinned memories idle ``delete_unused_days`` or more (none if that is unset)."""
+    if policy.delete_unused_days is None:
+        return []
+    rows = conn.execute(
+        f"SELECT id FROM memories WHERE NOT pinned AND {_IDLE_DAYS} >= %(days)s ORDER BY id",
+        {**_params(policy, now), "days": policy.delete_unused_days}).fetchall()
+    return [r["id"] for r in rows]
+
+
+class Scheduler:
+    """Runs ``job`` every ``interval_hours`` in a daemon thread until :meth:`stop`.
+
+    A failing run is logged by ``job`` itself and does not stop the schedule."""
+
+    def __init__(self, job: Callable[[], object], interval_hours: float) -> None:
+        self._job = job
+        self._interval = interval_hours * 3600.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None and self._interval > 0:
+            self._thread = threading.Thread(target=self._loop, name="mnemovault-retention",
+                                            daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._job()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
