@@ -494,3 +494,99 @@ def test_migration_indexes_memories_stored_before_it(vault: MemoryVault) -> None
     finally:
         with psycopg.connect(base, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+# -- concurrency: a write that mentions a value racing a forget that would shred it ----------
+def test_a_write_racing_a_forget_either_keeps_the_value_or_is_refused(
+        vault: MemoryVault, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from mnemovault.governance import graph
+
+    who = vault.principal(tenant)
+    email = f"race.{_u()}@example.org"
+    first = vault.remember(f"Old note for {email}", scope="s", principal=who)
+    ph = first.placeholders[0]
+
+    # 1. the forget holds the node lock first: the write waits, then is refused (the value
+    #    it used was shredded meanwhile); a retry gets a new placeholder
+    locked, release = threading.Event(), threading.Event()
+    orig_vault_step = forget_mod._step_vault
+
+    def slow_vault_step(*args: Any, **kwargs: Any) -> None:
+        orig_vault_step(*args, **kwargs)
+        locked.set()
+        assert release.wait(10)
+
+    monkeypatch.setattr(forget_mod, "_step_vault", slow_vault_step)
+    outcome: dict[str, Any] = {}
+
+    def forget_it() -> None:
+        try:
+            outcome["forget"] = vault.forget([outcome.get("target", first.id)], principal=who)
+        except Exception as exc:  # collected for the assertions
+            outcome["error"] = exc
+
+    t = threading.Thread(target=forget_it)
+    t.start()
+    assert locked.wait(10)
+    errors: list[Exception] = []
+
+    def write() -> None:
+        try:
+            vault.remember(f"New note for {email}", scope="s", principal=who)
+        except Exception as exc:  # collected for the assertion below
+            errors.append(exc)
+
+    w = threading.Thread(target=write)
+    w.start()
+    w.join(0.5)
+    assert w.is_alive()  # blocked on the node lock
+    release.set()
+    t.join(10)
+    w.join(10)
+    assert outcome["forget"].shredded == [ph]
+    # Either the write is refused (it reached the graph lock with the old placeholder) or,
+    # since the vault lookup locks the value row (FOR SHARE), it waited there and then found
+    # the value shredded and took a new placeholder: never the shredded one.
+    assert all(isinstance(e, Conflict) for e in errors) and len(errors) <= 1
+    with vault.db.transaction(tenant) as conn:
+        stored = [r["content"] for r in conn.execute(
+            "SELECT content FROM memories WHERE content LIKE 'New note for %%'").fetchall()]
+    assert all(ph not in c for c in stored)
+    monkeypatch.undo()
+    again = vault.remember(f"New note for {email}", scope="s", principal=who)
+    content = vault.get(again.id, principal=who).content
+    (ph2,) = [m.group(0) for m in PLACEHOLDER_RE.finditer(content)]
+    assert ph2 != ph
+    assert vault.get(again.id, reveal=True, principal=who).content.endswith(email)
+
+    # 2. the write holds the node lock first: the forget waits, then sees the new support
+    #    and keeps the value
+    outcome["target"] = again.id
+    in_write, go = threading.Event(), threading.Event()
+    orig_index = graph.index
+
+    def slow_index(*args: Any, **kwargs: Any) -> None:
+        orig_index(*args, **kwargs)
+        if threading.current_thread().name == "writer":
+            in_write.set()
+            assert go.wait(10)
+
+    monkeypatch.setattr(graph, "index", slow_index)
+    second: dict[str, Any] = {}
+    w = threading.Thread(target=lambda: second.setdefault(
+        "r", vault.remember(f"Third note for {email}", scope="s", principal=who)),
+        name="writer")
+    w.start()
+    assert in_write.wait(10)
+    t = threading.Thread(target=forget_it)
+    t.start()
+    t.join(0.5)
+    assert t.is_alive(), outcome  # waiting for the writer's node lock
+    go.set()
+    w.join(10)
+    t.join(10)
+    assert outcome["forget"].deleted == [again.id] and outcome["forget"].shredded == []
+    assert _live(vault, tenant, ph2)
+    assert vault.get(second["r"].id, reveal=True, principal=who).content.endswith(email)

@@ -19,7 +19,7 @@ import hmac
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -101,6 +101,7 @@ class _Prepared:
     item: MemoryInput
     content: str
     placeholders: list[str]
+    used: list[str] = field(default_factory=list)  # every placeholder the detectors produced
 
 
 class MemoryVault:
@@ -292,11 +293,15 @@ class MemoryVault:
             created.append(new)
         out = []
         for item, new in zip(items, created, strict=True):
-            def rw(value: str | None, _new: list[str] = new) -> str | None:
+            used: list[str] = []
+
+            def rw(value: str | None, _new: list[str] = new,
+                   _used: list[str] = used) -> str | None:
                 if value is None:
                     return None
                 r = ps.rewrite(value)
                 _new.extend(p for p in r.created if p not in _new)
+                _used.extend(r.placeholders)
                 return r.text
 
             prov = item.provenance.model_dump(exclude_none=True)
@@ -306,7 +311,8 @@ class MemoryVault:
                 "scope": rw(item.scope), "subject": rw(item.subject), "key": rw(item.key),
                 "provenance": Provenance.model_validate(prov), "entities": []})
             content = rw(item.content) or ""
-            out.append(_Prepared(item=rewritten, content=content, placeholders=new))
+            out.append(_Prepared(item=rewritten, content=content, placeholders=new,
+                                 used=used))
         return out
 
     def _translate(self, conn: psycopg.Connection[Any], tenant: str,
@@ -453,6 +459,11 @@ class MemoryVault:
             graph.mentions(r.id, _stored_texts(p),
                            [(e.kind, e.value) for e in p.item.entities] if plain else [])
             for p, r in zip(prepared, receipts, strict=True)])
+        # The nodes are locked now, so a forget that could shred one of these values has
+        # either committed (seen here) or will see this write's support and keep it.
+        if self.pii.erased_placeholders(conn, {u for p in prepared for u in p.used}):
+            raise Conflict("content: a personal value in it was erased concurrently; "
+                           "retrying is safe", field="content")
 
     @staticmethod
     def _insert(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> None:
@@ -773,8 +784,8 @@ class MemoryVault:
             ValidationError: no ids and no query, a malformed id, a blank query.
             Refused: a query alone while semantic forget is off; ``details["candidates"]``
                 lists the top candidate ids to confirm.
-            Conflict: a concurrent write derived from or mentioned what was being
-                forgotten; nothing was deleted and retrying is safe.
+            Conflict: a concurrent write derived from what was being forgotten; nothing
+                was deleted and retrying is safe.
         """
         who = self._who(principal)
         who.require("memory:forget")

@@ -19,9 +19,11 @@ named in :data:`STEPS`, so a test can inject a failure after any of them:
    shredded placeholders, a keyed hash of the query and the placeholders it names, trigger,
    request id. Never content, never the query's text.
 
-A concurrent writer that derives from, or mentions, what is being forgotten makes the
-delete fail with a foreign-key violation (see migration ``0003_lineage``) instead of
-leaving an orphan behind; the caller maps it to a retryable conflict.
+A concurrent writer that derives from what is being forgotten makes the delete fail with a
+foreign-key violation (see migration ``0003_lineage``) instead of leaving an orphan fact
+behind; the caller maps it to a retryable conflict. A writer that mentions an entity
+whose node forget may remove is serialised with it by row locks
+(:mod:`mnemovault.governance.graph`).
 """
 
 from __future__ import annotations
@@ -71,10 +73,12 @@ class Resolved:
     def all(self) -> list[uuid.UUID]:
         return sorted({*self.named, *self.versions, *self.derived})
 
-    def reason(self, mid: uuid.UUID) -> str:
-        if mid in set(self.named):
-            return "named"
-        return "version" if mid in set(self.versions) else "derived"
+    def reasons(self) -> dict[uuid.UUID, str]:
+        """id -> ``named``, ``version`` or ``derived``."""
+        out = dict.fromkeys(self.derived, "derived")
+        out.update(dict.fromkeys(self.versions, "version"))
+        out.update(dict.fromkeys(self.named, "named"))
+        return out
 
 
 @dataclass
@@ -184,7 +188,8 @@ def preview(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID], *,
     rows = conn.execute(
         "SELECT id, scope, type, archived, status, created_at, left(content, 1000) AS content "
         "FROM memories WHERE id = ANY(%s) ORDER BY id", (res.all,)).fetchall()
-    return [{**r, "reason": res.reason(r["id"])} for r in rows], res.not_found
+    reasons = res.reasons()
+    return [{**r, "reason": reasons[r["id"]]} for r in rows], res.not_found
 
 
 def forget(
@@ -212,8 +217,8 @@ def forget(
     Nothing is written (not even an audit row) when no id exists.
 
     Raises:
-        psycopg.errors.ForeignKeyViolation: a concurrent write derived from or mentioned
-            what is being forgotten (retrying is safe).
+        psycopg.errors.ForeignKeyViolation: a concurrent write derived from what is
+            being forgotten (retrying is safe).
     """
     run = _Run(tenant=tenant, ids=list(ids), scope=scope, lock=True)
     _step_resolve(conn, run)

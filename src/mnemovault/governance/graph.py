@@ -7,6 +7,13 @@ cleaned by the forget path (:func:`supported_by`, :func:`delete_support`,
 value: every placeholder in every stored free-text field (content, scope, subject, key,
 tags, provenance values) supports a node, so "no remaining record uses this value" is "its
 node has no support left".
+
+Concurrency: a writer locks every node it is about to support ``FOR KEY SHARE`` (writers
+do not block each other); forget locks the nodes it may remove ``FOR UPDATE`` before it
+checks their support, so it waits for such a writer and then sees its support, or the
+writer waits and then creates the node afresh (and the write path then sees any value that
+forget shredded, and refuses with a retryable conflict). Edges need no lock of their own:
+both endpoints of an edge are nodes of the same memory, locked the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Any
 
 import psycopg
 
+from mnemovault.errors import Conflict
 from mnemovault.pii.vault import PLACEHOLDER_RE, normalise
 
 MAX_EDGE_NODES = 32
@@ -64,12 +72,7 @@ def index(conn: psycopg.Connection[Any], tenant: str, items: Sequence[Mentions])
         edge_support += [(a, b, item.memory_id) for a, b in item.edges()]
     if not nodes:
         return
-    ordered = sorted(nodes)  # one lock order for every writer
-    conn.execute(
-        "INSERT INTO graph_nodes (tenant_id, node_id, kind) "
-        "SELECT %s, n, k FROM unnest(%s::text[], %s::text[]) AS u(n, k) "
-        "ON CONFLICT DO NOTHING",
-        (tenant, ordered, [nodes[n] for n in ordered]))
+    _lock_or_create(conn, tenant, nodes)
     node_support.sort()
     conn.execute(
         "INSERT INTO graph_node_support (tenant_id, node_id, memory_id) "
@@ -91,6 +94,32 @@ def index(conn: psycopg.Connection[Any], tenant: str, items: Sequence[Mentions])
         "ON CONFLICT DO NOTHING",
         (tenant, [a for a, _, _ in edge_support], [b for _, b, _ in edge_support],
          [m for _, _, m in edge_support]))
+
+
+def _lock_or_create(conn: psycopg.Connection[Any], tenant: str, nodes: dict[str, str]) -> None:
+    """Hold ``FOR KEY SHARE`` on every node of ``nodes`` (id -> kind), creating the missing
+    ones. A node a concurrent forget deletes meanwhile is created again.
+
+    Raises:
+        Conflict: the nodes kept vanishing (a storm of concurrent forgets); retry.
+    """
+    missing = sorted(nodes)  # one lock order for every writer
+    for _ in range(5):
+        locked = {r["node_id"] for r in conn.execute(
+            "SELECT node_id FROM graph_nodes WHERE node_id = ANY(%s) ORDER BY node_id "
+            "FOR KEY SHARE", (missing,)).fetchall()}
+        missing = [n for n in missing if n not in locked]
+        if not missing:
+            return
+        created = {r["node_id"] for r in conn.execute(
+            "INSERT INTO graph_nodes (tenant_id, node_id, kind) "
+            "SELECT %s, n, k FROM unnest(%s::text[], %s::text[]) AS u(n, k) "
+            "ON CONFLICT DO NOTHING RETURNING node_id",
+            (tenant, missing, [nodes[n] for n in missing])).fetchall()}
+        missing = [n for n in missing if n not in created]  # made by a concurrent writer
+        if not missing:
+            return
+    raise Conflict("graph: entity nodes changed concurrently; retrying is safe")
 
 
 def supported_by(conn: psycopg.Connection[Any],
@@ -116,12 +145,12 @@ def delete_support(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]) -> i
 def delete_orphans(conn: psycopg.Connection[Any], nodes: Sequence[str],
                    edges: Sequence[tuple[str, str]]) -> tuple[list[str], int]:
     """Among ``nodes`` and ``edges``, delete those no memory supports any more (edges
-    first). Returns (node ids removed, sorted; number of edges removed).
-
-    Raises:
-        psycopg.errors.ForeignKeyViolation: a concurrent writer added support meanwhile
-            (the caller maps it to a retryable conflict).
-    """
+    first), after locking ``nodes`` ``FOR UPDATE`` (``nodes`` must hold both endpoints of
+    every edge in ``edges``, as :func:`supported_by` gives them). Returns (node ids
+    removed, sorted; number of edges removed)."""
+    if nodes:
+        conn.execute("SELECT 1 FROM graph_nodes WHERE node_id = ANY(%s) ORDER BY node_id "
+                     "FOR UPDATE", (list(nodes),))
     removed_edges = 0
     if edges:
         cur = conn.execute(
@@ -136,8 +165,8 @@ def delete_orphans(conn: psycopg.Connection[Any], nodes: Sequence[str],
     rows = conn.execute(
         "DELETE FROM graph_nodes n WHERE n.node_id = ANY(%s) "
         "AND NOT EXISTS (SELECT 1 FROM graph_node_support s WHERE s.node_id = n.node_id) "
-        "AND NOT EXISTS (SELECT 1 FROM graph_edges e WHERE e.source_node = n.node_id "
-        "                OR e.target_node = n.node_id) "
+        "AND NOT EXISTS (SELECT 1 FROM graph_edges e WHERE e.source_node = n.node_id) "
+        "AND NOT EXISTS (SELECT 1 FROM graph_edges e WHERE e.target_node = n.node_id) "
         "RETURNING node_id", (list(nodes),)).fetchall()
     return sorted(r["node_id"] for r in rows), removed_edges
 

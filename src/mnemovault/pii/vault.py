@@ -124,7 +124,10 @@ class PiiVault:
         entity = index.entity(kind, value)
         fp = entity.fingerprint
         for counter in range(1000):
-            row = conn.execute("SELECT placeholder, kind FROM pii_values WHERE fingerprint = %s",
+            # FOR SHARE: a concurrent shred of this value waits for this write (and then
+            # erases it too) instead of slipping in between the lookup and the commit
+            row = conn.execute("SELECT placeholder, kind FROM pii_values WHERE fingerprint = %s "
+                               "FOR SHARE",
                                (fp,)).fetchone()
             if row is not None:
                 return NewEntry(row["placeholder"], row["kind"], False)

@@ -16,9 +16,11 @@ Create Date: 2026-11-30
   edge. A node with no support left is removed by forget; since every placeholder of every
   stored field gets a node, node support is also the index of "which records use this vault
   value", which forget needs to decide what to crypto-shred. Support rows go with their
-  memory (``ON DELETE CASCADE``); nodes and edges are only removed by forget, and the
-  support -> node keys have no action, so a concurrent writer's new support row makes the
-  node delete fail (a retryable conflict) rather than vanish.
+  memory (``ON DELETE CASCADE``); nodes and edges are only removed by forget. Instead of
+  per-row foreign keys from support to nodes (one trigger per row, which tripled the cost
+  of a large forget), a lock protocol keeps them consistent: a writer holds ``FOR KEY
+  SHARE`` on every node it supports, forget takes ``FOR UPDATE`` on the nodes it may
+  remove before checking their support (see :mod:`mnemovault.governance.graph`).
 
 All rows are written in the transaction of the memory they describe. Existing memories are
 indexed here (placeholders found by regular expression in every stored free-text field).
@@ -68,7 +70,6 @@ def upgrade() -> None:
           node_id   text COLLATE "C" NOT NULL,
           memory_id uuid NOT NULL,
           PRIMARY KEY (tenant_id, node_id, memory_id),
-          FOREIGN KEY (tenant_id, node_id) REFERENCES graph_nodes (tenant_id, node_id),
           FOREIGN KEY (tenant_id, memory_id) REFERENCES memories (tenant_id, id)
             ON DELETE CASCADE
         );
@@ -80,9 +81,7 @@ def upgrade() -> None:
           target_node text COLLATE "C" NOT NULL,
           created_at  timestamptz NOT NULL DEFAULT now(),
           PRIMARY KEY (tenant_id, source_node, target_node),
-          CHECK (source_node < target_node),
-          FOREIGN KEY (tenant_id, source_node) REFERENCES graph_nodes (tenant_id, node_id),
-          FOREIGN KEY (tenant_id, target_node) REFERENCES graph_nodes (tenant_id, node_id)
+          CHECK (source_node < target_node)
         );
         CREATE INDEX graph_edges_target ON graph_edges (tenant_id, target_node);
 
@@ -92,8 +91,6 @@ def upgrade() -> None:
           target_node text COLLATE "C" NOT NULL,
           memory_id   uuid NOT NULL,
           PRIMARY KEY (tenant_id, source_node, target_node, memory_id),
-          FOREIGN KEY (tenant_id, source_node, target_node)
-            REFERENCES graph_edges (tenant_id, source_node, target_node),
           FOREIGN KEY (tenant_id, memory_id) REFERENCES memories (tenant_id, id)
             ON DELETE CASCADE
         );
@@ -114,6 +111,8 @@ def upgrade() -> None:
             """
         )
         op.execute(f"GRANT SELECT, INSERT, DELETE ON {table} TO {role}")
+    # row locks (FOR KEY SHARE / FOR UPDATE) need UPDATE on a column; nothing updates nodes
+    op.execute(f"GRANT UPDATE (kind) ON graph_nodes TO {role}")
     _backfill()
 
 
