@@ -32,6 +32,7 @@ class Settings(BaseSettings):
     embed_api_key: str | None = None
     embed_dimensions: int | None = None
     embed_batch_size: int = 64
+    embed_threads: int = 1  # torch intra-op threads for the local embedder (0: torch default)
 
     tenant: str = "default"
 

