@@ -12,6 +12,8 @@ every tenant table has row-level security keyed on the per-transaction setting
 
 from alembic import context, op
 
+from mnemovault.store.migrations.tenancy import tenant_table
+
 revision = "0001"
 down_revision = None
 branch_labels = None
@@ -148,14 +150,7 @@ def upgrade() -> None:
     )
 
     for table in TENANT_TABLES:
-        op.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
-        op.execute(
-            f"""
-            CREATE POLICY tenant_isolation ON {table}
-              USING (tenant_id = current_setting('mnemovault.tenant_id', true))
-              WITH CHECK (tenant_id = current_setting('mnemovault.tenant_id', true))
-            """
-        )
+        tenant_table(op, table, role, None)
     op.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
     op.execute(f"GRANT SELECT ON mv_meta TO {role}")
     op.execute(f"GRANT SELECT, INSERT, UPDATE ON tenants TO {role}")

@@ -11,6 +11,8 @@ tombstone, so the placeholder is never given to another value).
 
 from alembic import context, op
 
+from mnemovault.store.migrations.tenancy import tenant_table
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
@@ -60,15 +62,7 @@ def upgrade() -> None:
         """
     )
     for table in TABLES:
-        op.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
-        op.execute(
-            f"""
-            CREATE POLICY tenant_isolation ON {table}
-              USING (tenant_id = current_setting('mnemovault.tenant_id', true))
-              WITH CHECK (tenant_id = current_setting('mnemovault.tenant_id', true))
-            """
-        )
-        op.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {role}")
+        tenant_table(op, table, role, "SELECT, INSERT, UPDATE, DELETE")
 
 
 def downgrade() -> None:

@@ -12,6 +12,8 @@ checkpointing need no scan; every perfect node completed by an append is stored 
 
 from alembic import context, op
 
+from mnemovault.store.migrations.tenancy import tenant_table
+
 revision = "0003_audit"
 down_revision = "0002"
 branch_labels = None
@@ -49,15 +51,7 @@ def upgrade() -> None:
     )
     _backfill()
     for table in TABLES:
-        op.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
-        op.execute(
-            f"""
-            CREATE POLICY tenant_isolation ON {table}
-              USING (tenant_id = current_setting('mnemovault.tenant_id', true))
-              WITH CHECK (tenant_id = current_setting('mnemovault.tenant_id', true))
-            """
-        )
-        op.execute(f"GRANT SELECT, INSERT ON {table} TO {role}")
+        tenant_table(op, table, role, "SELECT, INSERT")
 
 
 def _backfill() -> None:

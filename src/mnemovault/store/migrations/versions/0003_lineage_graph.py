@@ -28,6 +28,8 @@ indexed here (placeholders found by regular expression in every stored free-text
 
 from alembic import context, op
 
+from mnemovault.store.migrations.tenancy import tenant_table
+
 revision = "0003_lineage"
 down_revision = "0003_audit"
 branch_labels = None
@@ -102,15 +104,7 @@ def upgrade() -> None:
         """
     )
     for table in TABLES:
-        op.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
-        op.execute(
-            f"""
-            CREATE POLICY tenant_isolation ON {table}
-              USING (tenant_id = current_setting('mnemovault.tenant_id', true))
-              WITH CHECK (tenant_id = current_setting('mnemovault.tenant_id', true))
-            """
-        )
-        op.execute(f"GRANT SELECT, INSERT, DELETE ON {table} TO {role}")
+        tenant_table(op, table, role, "SELECT, INSERT, DELETE")
     # row locks (FOR KEY SHARE / FOR UPDATE) need UPDATE on a column; nothing updates nodes
     op.execute(f"GRANT UPDATE (kind) ON graph_nodes TO {role}")
     _backfill()
