@@ -205,3 +205,18 @@ def test_stream_revealer_resolves_every_split(text: str) -> None:
             assert "".join(pieces) == expected
             for piece in pieces[:-1]:  # never half a placeholder or half a value
                 assert not re.search(r"\{[a-z_]*:p_[0-9a-f]*$", piece)
+
+
+def test_a_lost_key_file_is_refused_not_replaced(vault: MemoryVault, tenant: str,
+                                                 settings: object, tmp_path: Path) -> None:
+    vault.remember(f"keyed {uuid.uuid4().hex[:6]}@example.org", scope="s",
+                   principal=vault.principal(tenant))
+    from mnemovault.config import Settings
+    from mnemovault.errors import ConfigError
+
+    assert isinstance(settings, Settings)
+    wrong = tmp_path / "elsewhere" / "kek.json"
+    with pytest.raises(ConfigError) as err:
+        MemoryVault.open(settings.model_copy(update={"kek_file": wrong}))
+    assert "KEK version" in str(err.value) and str(wrong) in str(err.value)
+    assert not wrong.exists()  # the key file it would have created is gone again

@@ -26,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mnemovault.config import Settings
-from mnemovault.errors import MnemoError, ValidationError
+from mnemovault.errors import MnemoError, Unavailable, ValidationError
 
 app = typer.Typer(help="mnemovault: governed long-term memory for AI agents.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -80,11 +80,17 @@ def main_callback(
 
 @contextmanager
 def _vault(ctx: typer.Context) -> Iterator[Any]:
+    import psycopg
+
     from mnemovault.vault import MemoryVault
 
     settings = _state(ctx).settings
-    with err.status("opening the database and loading the embedder…"):
-        vault = MemoryVault.open(settings)
+    try:
+        with err.status("opening the database and loading the embedder…"):
+            vault = MemoryVault.open(settings)
+    except (psycopg.Error, OSError) as exc:
+        raise Unavailable(f"database: cannot open ({type(exc).__name__}); check DATABASE_URL "
+                          "or --data-dir") from None
     try:
         yield vault
     finally:

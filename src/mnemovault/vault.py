@@ -36,7 +36,14 @@ from mnemovault.auth import validate_tenant as _validate_tenant
 from mnemovault.chat.models import ChatRequest, ChatResult, ChatStream
 from mnemovault.config import Settings
 from mnemovault.embed import Embedder, make_embedder
-from mnemovault.errors import Conflict, NotFound, Refused, Unauthenticated, ValidationError
+from mnemovault.errors import (
+    ConfigError,
+    Conflict,
+    NotFound,
+    Refused,
+    Unauthenticated,
+    ValidationError,
+)
 from mnemovault.governance import forget as forget_mod
 from mnemovault.governance import graph, lineage, retention
 from mnemovault.ids import uuid7
@@ -167,10 +174,12 @@ class MemoryVault:
         if migrate:
             db.upgrade(dim)
         db.check_embedder(embedder.model, dim)
+        keyring = load_keyring(settings)
+        _check_keyring(db, keyring)
         db.open()
         if not settings.pii_pseudonymize:
             log.warning("PII_PSEUDONYMIZE=false: personal values are stored as written")
-        return cls(db, embedder, settings, load_keyring(settings))
+        return cls(db, embedder, settings, keyring)
 
     def close(self) -> None:
         self.db.close()
@@ -1182,6 +1191,23 @@ def _setup_audit(db: Database, settings: Settings) -> AuditService:
         db.after_commit.append(
             JsonlMirror(db, settings.audit_jsonl_dir or data_dir / "audit").sync)
     return AuditService(db)
+
+
+def _check_keyring(db: Database, keyring: KeyRing) -> None:
+    """Refuse a key ring that lacks a KEK version the database's wrapped keys use (a wrong
+    or lost key file must not silently start a second, unreadable generation of keys)."""
+    with psycopg.connect(db.url, autocommit=True) as conn:
+        rows = conn.execute("SELECT kek_version FROM pii_deks UNION "
+                            "SELECT kek_version FROM pii_tenant_keys").fetchall()
+    missing = sorted({r[0] for r in rows} - set(keyring.keys))
+    if missing:
+        where = keyring.path or "MNEMOVAULT_KEK"
+        if keyring.created and keyring.path is not None:
+            keyring.path.unlink(missing_ok=True)  # the key file this start just made
+        raise ConfigError(
+            f"kek: the database holds data keys wrapped under KEK version(s) {missing}, "
+            f"which {where} does not have; restore the original key file (or set "
+            "MNEMOVAULT_KEK_FILE to it)", field="kek")
 
 
 def load_keyring(settings: Settings) -> KeyRing:

@@ -97,6 +97,7 @@ class KeyRing:
     current: int
     path: Path | None = None
     _source: str = field(default="memory")
+    created: bool = False
 
     def kek(self, version: int) -> bytes:
         """Raises:
@@ -164,7 +165,7 @@ class KeyRing:
         key_file = Path(key_file)
         if not key_file.exists():
             key_file.parent.mkdir(parents=True, exist_ok=True)
-            ring = cls({1: secrets.token_bytes(KEY_BYTES)}, 1, key_file, "file")
+            ring = cls({1: secrets.token_bytes(KEY_BYTES)}, 1, key_file, "file", created=True)
             ring.save()
             log.warning("created the key-encryption key file %s (mode 0600): back it up; "
                         "without it the vault cannot be opened", key_file)
