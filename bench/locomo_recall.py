@@ -18,10 +18,12 @@ Groups: categories 1-5, 1-4 (without the adversarial category 5) and each catego
 the content strings the importer passes to ``remember_many``; tokens = lowercase
 alphanumeric runs, no stop words, no stemming).
 
-``--sweep`` scores a grid of fusion parameters (text weight x rrf_k x candidates). The
-candidate lists of each question are fetched once per candidate count through the real
-``recall`` and re-fused with the real ``mnemovault.recall.ranking.fuse`` for every weight
-setting; the replay of the configured setting is checked against the live result.
+``--sweep`` scores a grid of fusion parameters x candidate counts: reciprocal rank fusion
+(vector weight 1, text weight x rrf_k) and, when the fusion has a ``method``, the convex
+combination (text share t, vector 1 - t). The candidate lists of each question are fetched
+once per candidate count through the real ``recall`` and re-fused with the real
+``mnemovault.recall.ranking.fuse`` for every weight setting; the replay of the configured
+setting is checked against the live result.
 
 Usage::
 
@@ -65,6 +67,7 @@ CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-ho
 SWEEP_TEXT_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 SWEEP_RRF_K = (10, 30, 60)
 SWEEP_CANDIDATES = (50, 100)
+SWEEP_CONVEX_SHARES = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0)
 TARGET_TURN_RECALL_AT_10 = 0.65
 
 _DIA_RE = re.compile(r"D:?0*(\d+):0*(\d+)")
@@ -365,6 +368,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="sweep: rrf_k values (default %(default)s)")
     p.add_argument("--candidate-counts", type=_ints, default=SWEEP_CANDIDATES,
                    help="sweep: recall_candidates values (default %(default)s)")
+    p.add_argument("--convex-shares", type=_floats, default=SWEEP_CONVEX_SHARES,
+                   help="sweep: text shares t of the convex fusion, vector = 1 - t "
+                        "(default %(default)s; only when FusionWeights has a method)")
     p.add_argument("--data-dir", type=Path, default=None,
                    help="embedded database directory to use and keep (default: a fresh "
                         "temporary directory, removed afterwards). An existing import of "
@@ -577,7 +583,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.sweep:
             result["sweep"] = run_sweep(vault, questions, captured, replay_ok, fuse_rec,
                                         id_to_dia, default_w, default_settings, args.k,
-                                        args.text_weights, args.rrf_ks, args.candidate_counts)
+                                        args.text_weights, args.rrf_ks, args.candidate_counts,
+                                        args.convex_shares)
     finally:
         vault.close()
         if not keep_dir:
@@ -597,6 +604,10 @@ def main(argv: list[str] | None = None) -> int:
         best = max(result["sweep"]["grid"], key=lambda r: r["turn_recall@10"])
         result["summary"]["sweep_best"] = best
     result["environment"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    with contextlib.suppress(ImportError):
+        import torch
+
+        result["environment"]["torch_threads_at_end"] = torch.get_num_threads()
     result["seconds_total"] = round(time.perf_counter() - _T0, 1)
 
     text = json.dumps(result, indent=2, default=str)
@@ -608,51 +619,74 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def sweep_points(default_w: Any, text_weights: Sequence[float], rrf_ks: Sequence[int],
+                 convex_shares: Sequence[float]) -> list[Any]:
+    """The fusion weights to score. With a ``method`` field (rrf or convex): reciprocal rank
+    fusion at vector weight 1 for every text weight x rrf_k, and the convex combination for
+    every text share t (vector 1 - t). Without one (RRF only): the configured vector
+    weight with every text weight x rrf_k."""
+    fields = {f.name for f in dataclasses.fields(default_w)}
+    points = []
+    if "method" in fields:
+        for rrf_k in rrf_ks:
+            for tw in text_weights:
+                points.append(dataclasses.replace(default_w, method="rrf", vector=1.0,
+                                                  text=tw, rrf_k=rrf_k))
+        for t in convex_shares:
+            points.append(dataclasses.replace(default_w, method="convex",
+                                              vector=round(1.0 - t, 6), text=t))
+    else:
+        for rrf_k in rrf_ks:
+            for tw in text_weights:
+                points.append(dataclasses.replace(default_w, text=tw, rrf_k=rrf_k))
+    return points
+
+
 def run_sweep(vault: Any, questions: list[dict[str, Any]],
               captured: dict[int, list[tuple[Any, ...] | None]], replay_ok: bool,
               fuse_rec: FuseRecorder, id_to_dia: dict[Any, str], default_w: Any,
               default_settings: Any, k: int, text_weights: Sequence[float],
-              rrf_ks: Sequence[int], candidate_counts: Sequence[int]) -> dict[str, Any]:
-    """Turn recall@k (cat 1-5) for every point of the grid (vector weight fixed at the
-    configured value). Re-fuses captured candidate lists when the replay check passed,
-    else calls recall once per point (slow)."""
+              rrf_ks: Sequence[int], candidate_counts: Sequence[int],
+              convex_shares: Sequence[float]) -> dict[str, Any]:
+    """Turn recall (cat 1-5 unless named) for every point of the grid x candidate count.
+    Re-fuses captured candidate lists when the replay check passed, else calls recall once
+    per point (slow)."""
+    points = sweep_points(default_w, text_weights, rrf_ks, convex_shares)
     grid = []
     mode = "replay" if replay_ok else "live"
-    progress(f"sweep: {len(text_weights) * len(rrf_ks) * len(candidate_counts)} "
-             f"settings ({mode})")
+    progress(f"sweep: {len(points) * len(candidate_counts)} settings ({mode})")
     for cands in candidate_counts:
-        for rrf_k in rrf_ks:
-            for tw in text_weights:
-                w = dataclasses.replace(default_w, text=tw, rrf_k=rrf_k)
-                ranked: list[list[str]] = []
-                if replay_ok:
-                    for cap in captured[cands]:
-                        assert cap is not None
-                        vh, th, meta, now, _ = cap
-                        ranked.append([id_to_dia[f.id] for f in
-                                       fuse_rec.real(vh, th, meta, now, w)[:k]])
-                else:
-                    vault.weights = w
-                    vault.settings = default_settings.model_copy(
-                        update={"recall_candidates": cands})
-                    for q in questions:
-                        hits = vault.recall(q["question"], scope=q["sample_id"], k=k,
-                                            touch=False)
-                        ranked.append(dia_ids_of(hits))
-                    vault.weights, vault.settings = default_w, default_settings
-                m = score(questions, ranked)
-                grid.append({
-                    "vector_weight": default_w.vector, "text_weight": tw, "rrf_k": rrf_k,
-                    "candidates": cands,
-                    "turn_recall@1": m["turn_recall"]["1-5"]["@1"],
-                    "turn_recall@5": m["turn_recall"]["1-5"]["@5"],
-                    "turn_recall@10": m["turn_recall"]["1-5"]["@10"],
-                    "turn_recall@20": m["turn_recall"]["1-5"]["@20"],
-                    "turn_recall@10_cat1-4": m["turn_recall"]["1-4"]["@10"],
-                    "session_recall@10": m["session_recall"]["1-5"]["@10"],
-                    "is_default": (tw == default_w.text and rrf_k == default_w.rrf_k
-                                   and cands == default_settings.recall_candidates),
-                })
+        for w in points:
+            ranked: list[list[str]] = []
+            if replay_ok:
+                for cap in captured[cands]:
+                    assert cap is not None
+                    vh, th, meta, now, _ = cap
+                    ranked.append([id_to_dia[f.id] for f in
+                                   fuse_rec.real(vh, th, meta, now, w)[:k]])
+            else:
+                vault.weights = w
+                vault.settings = default_settings.model_copy(
+                    update={"recall_candidates": cands})
+                for q in questions:
+                    hits = vault.recall(q["question"], scope=q["sample_id"], k=k,
+                                        touch=False)
+                    ranked.append(dia_ids_of(hits))
+                vault.weights, vault.settings = default_w, default_settings
+            m = score(questions, ranked)
+            method = getattr(w, "method", "rrf")
+            grid.append({
+                "method": method, "vector_weight": w.vector, "text_weight": w.text,
+                "rrf_k": w.rrf_k if method == "rrf" else None, "candidates": cands,
+                "turn_recall@1": m["turn_recall"]["1-5"]["@1"],
+                "turn_recall@5": m["turn_recall"]["1-5"]["@5"],
+                "turn_recall@10": m["turn_recall"]["1-5"]["@10"],
+                "turn_recall@20": m["turn_recall"]["1-5"]["@20"],
+                "turn_recall@10_cat1-4": m["turn_recall"]["1-4"]["@10"],
+                "session_recall@10": m["session_recall"]["1-5"]["@10"],
+                "is_default": (w == default_w
+                               and cands == default_settings.recall_candidates),
+            })
     return {"mode": mode, "metric": "turn recall (categories 1-5 unless named)",
             "grid": grid}
 

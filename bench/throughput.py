@@ -613,6 +613,10 @@ def main(argv: list[str] | None = None) -> int:
         "recall_candidates", "recall_rrf_k", "recall_vector_weight", "recall_text_weight",
         "hnsw_ef_search", "embed_batch_size")}
     result["environment"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    with contextlib.suppress(ImportError):
+        import torch
+
+        result["environment"]["torch_threads_at_end"] = torch.get_num_threads()
     result["seconds_total"] = round(time.perf_counter() - _T0, 1)
     text = json.dumps(result, indent=2, default=str)
     if args.out:
