@@ -224,14 +224,15 @@ class BM25Index:
 # -- the vault -------------------------------------------------------------------------------
 
 class FuseRecorder:
-    """Wraps ``mnemovault.vault.fuse`` to record the candidate lists of each recall, so that
-    other weights can be replayed through the same ``fuse`` without querying again."""
+    """Wraps ``mnemovault.recall.service.fuse`` to record the candidate lists of each
+    recall, so that other weights can be replayed through the same ``fuse`` without
+    querying again."""
 
     def __init__(self) -> None:
-        import mnemovault.vault as vault_mod
+        import mnemovault.recall.service as recall_mod
 
-        self._mod = vault_mod
-        self.real = vault_mod.fuse
+        self._mod = recall_mod
+        self.real = recall_mod.fuse
         self.active = False
         self.calls: list[tuple[Any, ...]] = []
         real = self.real
@@ -242,7 +243,7 @@ class FuseRecorder:
                 self.calls.append((list(vector_hits), list(text_hits), dict(meta), now, w))
             return real(vector_hits, text_hits, meta, now, w)
 
-        vault_mod.fuse = recording_fuse
+        recall_mod.fuse = recording_fuse
 
     @contextlib.contextmanager
     def record(self) -> Iterator[list[tuple[Any, ...]]]:
@@ -540,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
             replay_ok = mismatches == 0
         else:
             result["replay_check"] = {"questions": len(hybrid_ids), "mismatches": None,
-                                      "note": "recall did not call vault.fuse once per call"}
+                                      "note": "recall did not call fuse once per call"}
         if args.sweep:
             result["sweep"] = run_sweep(vault, questions, captured, replay_ok, fuse_rec,
                                         id_to_dia, default_w, default_settings, args.k,

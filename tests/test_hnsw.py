@@ -10,7 +10,8 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from mnemovault.ids import uuid7
-from mnemovault.recall.search import vector_candidates
+from mnemovault.store import memories as memory_store
+from mnemovault.store.search import vector_candidates
 from mnemovault.vault import MemoryVault
 
 N_BIG, N_SMALL, DIM, N_QUERIES, K = 19_600, 400, 384, 50, 10
@@ -39,7 +40,7 @@ def corpus(vault: MemoryVault) -> tuple[str, dict[str, tuple[list, np.ndarray]]]
                  None, 1) for j, (i, v) in enumerate(zip(ids, vecs, strict=True))]
         for s in range(0, n, 2000):
             with vault.db.transaction(tenant) as conn:
-                vault._insert(conn, rows[s : s + 2000])
+                memory_store.insert(conn, rows[s : s + 2000])
         data[scope] = (ids, vecs)
     # statistics, as autovacuum would gather them (ANALYZE needs the table owner)
     with psycopg.connect(vault.db.url, autocommit=True) as conn:

@@ -159,12 +159,12 @@ def test_bad_item_in_a_batch_stores_nothing(vault: MemoryVault, tenant: str) -> 
 
 def test_failure_inside_the_transaction_leaves_nothing(
         vault: MemoryVault, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    import mnemovault.vault as vault_mod
+    from mnemovault.audit import log as audit_log
 
     def broken_append(*args: object, **kwargs: object) -> int:
         raise RuntimeError("injected failure in the audit step")
 
-    monkeypatch.setattr(vault_mod.audit, "append", broken_append)
+    monkeypatch.setattr(audit_log, "append", broken_append)
     who = vault.principal(tenant)
     with pytest.raises(RuntimeError):
         vault.remember("should not survive", scope="s", principal=who)

@@ -1,8 +1,28 @@
 """The one error hierarchy of mnemovault.
 
-Every interface maps these kinds once: HTTP status codes in ``api/errors.py``, exit codes in
-the CLI. Messages name the field and the rule; they never carry row values or request text
-(SPEC section 12).
+Every interface maps these kinds once: HTTP statuses (``status`` below) in
+:mod:`mnemovault.api.app`'s exception handler, exit codes in the CLI. Messages name the
+field and the rule; they never carry row values or request text (SPEC section 12)::
+
+    MnemoError                 base: .code (stable kind), .status, .field, .details
+    ├── ValidationError  422   bad input: a field breaks a rule (``field`` names it, the
+    │                          message names the rule); nothing was changed. CLI exit 2
+    ├── NotFound         404   no such id, placeholder or tenant for this caller (another
+    │                          tenant's rows are "not found", never "forbidden"). CLI exit 3
+    ├── Unauthenticated  401   a missing, malformed, unknown or revoked API key. CLI exit 4
+    ├── Forbidden        403   the caller lacks a permission (``details["permission"]``
+    │                          names it) or is outside its key's scope. CLI exit 4
+    ├── Conflict         409   a concurrent write or forget got in the way; nothing was
+    │                          changed and retrying is safe. CLI exit 5
+    ├── Refused          409   a deliberate policy refusal (semantic forget off; later the
+    │                          capture guard); ``details`` may list what to confirm. CLI exit 5
+    ├── Unavailable      503   the database (or a detector, later) could not do its part;
+    │                          nothing was changed and retrying may work. CLI exit 6
+    └── ConfigError      500   the deployment is misconfigured: another embedder for this
+                               database, a key file lacking a KEK version. CLI exit 7
+
+Catch :class:`MnemoError` to handle every kind; ``to_dict()`` is the body of the HTTP
+error envelope (``{"error": {...}}``).
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from mnemovault.audit.checkpoint import (
     write_public_key,
 )
 from mnemovault.audit.merkle import CompactRange, leaf_hash
+from mnemovault.store import audit as store
 from mnemovault.store.db import note_audit_append
 
 HASH = 32
@@ -86,18 +87,8 @@ def _peaks(blob: bytes) -> list[bytes]:
 
 
 def _head(conn: psycopg.Connection[Any], tenant: str) -> dict[str, Any]:
-    head = conn.execute(
-        "SELECT seq, head_hash, peaks, checkpoint_size, checkpoint_at FROM audit_heads "
-        "WHERE tenant_id = %s FOR UPDATE", (tenant,)).fetchone()
-    if head is None:
-        conn.execute(
-            "INSERT INTO audit_heads (tenant_id, seq, head_hash) VALUES (%s, 0, %s) "
-            "ON CONFLICT (tenant_id) DO NOTHING", (tenant, GENESIS_HASH))
-        head = conn.execute(
-            "SELECT seq, head_hash, peaks, checkpoint_size, checkpoint_at FROM audit_heads "
-            "WHERE tenant_id = %s FOR UPDATE", (tenant,)).fetchone()
-    assert head is not None
-    return dict(head) if not isinstance(head, dict) else head
+    """The tenant's head row, locked ``FOR UPDATE`` until commit (created at genesis)."""
+    return store.lock_head(conn, tenant, GENESIS_HASH)
 
 
 def append(
@@ -126,26 +117,19 @@ def append(
         operation=operation, actor=actor, agent=agent, memory_ids=memory_ids or [],
         trigger=trigger, provenance=provenance or {}, request_id=request_id,
         details=details or {})
-    conn.execute(
-        "INSERT INTO audit_log (tenant_id, seq, ts, operation, row_bytes, prev_hash, row_hash) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-        (tenant, seq, now, operation, row_bytes, bytes(head["head_hash"]), row_hash))
+    store.insert_row(conn, tenant, seq=seq, ts=now, operation=operation, row_bytes=row_bytes,
+                     prev_hash=bytes(head["head_hash"]), row_hash=row_hash)
     cr = CompactRange(seq - 1, _peaks(bytes(head["peaks"])))
     nodes = cr.append(leaf_hash(row_bytes))
-    with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO audit_nodes (tenant_id, level, idx, hash) VALUES (%s, %s, %s, %s)",
-            [(tenant, level, idx, h) for level, idx, h in nodes])
+    store.insert_nodes(conn, tenant, nodes)
     cp_size, cp_at = int(head["checkpoint_size"]), head["checkpoint_at"]
     due = (seq - cp_size >= config.checkpoint_rows
            or (cp_at is not None and (now - cp_at).total_seconds() >= config.checkpoint_seconds)
            or cp_size == 0)
     if due and _write_checkpoint(conn, tenant, seq, cr.root(), now):
         cp_size, cp_at = seq, now
-    conn.execute(
-        "UPDATE audit_heads SET seq = %s, head_hash = %s, peaks = %s, checkpoint_size = %s, "
-        "checkpoint_at = %s WHERE tenant_id = %s",
-        (seq, row_hash, b"".join(cr.peaks), cp_size, cp_at, tenant))
+    store.update_head(conn, tenant, seq=seq, head_hash=row_hash, peaks=b"".join(cr.peaks),
+                      checkpoint_size=cp_size, checkpoint_at=cp_at)
     note_audit_append(tenant)
     return seq
 
@@ -156,9 +140,7 @@ def _write_checkpoint(conn: psycopg.Connection[Any], tenant: str, size: int, roo
     if key is None:
         return False
     note = sign_checkpoint(config.origin_for(tenant), size, root, key)
-    conn.execute(
-        "INSERT INTO audit_checkpoints (tenant_id, size, root, note, created_at) "
-        "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING", (tenant, size, root, note, now))
+    store.insert_checkpoint(conn, tenant, size=size, root=root, note=note, created_at=now)
     return True
 
 
@@ -171,14 +153,10 @@ def checkpoint_now(conn: psycopg.Connection[Any], tenant: str) -> dict[str, Any]
         cr = CompactRange(seq, _peaks(bytes(head["peaks"])))
         now = datetime.now(UTC)
         if _write_checkpoint(conn, tenant, seq, cr.root(), now):
-            conn.execute("UPDATE audit_heads SET checkpoint_size = %s, checkpoint_at = %s "
-                         "WHERE tenant_id = %s", (seq, now, tenant))
+            store.update_head_checkpoint(conn, tenant, size=seq, at=now)
     return latest_checkpoint(conn)
 
 
 def latest_checkpoint(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
-    row = conn.execute("SELECT size, root, note, created_at FROM audit_checkpoints "
-                       "ORDER BY size DESC LIMIT 1").fetchone()
-    return dict(row) if row is not None else None
-
-
+    """The tenant's latest checkpoint row (size, root, note, created_at), or None."""
+    return store.latest_checkpoint(conn)

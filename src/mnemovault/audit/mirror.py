@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 
 from mnemovault.audit.chain import export_line
+from mnemovault.store import audit as store
 from mnemovault.store.db import Database
 
 BATCH = 5000
@@ -40,9 +41,7 @@ class JsonlMirror:
             with open(path, "ab") as out:
                 while True:
                     with self.db.transaction(tenant) as conn:
-                        rows = conn.execute(
-                            "SELECT row_bytes, prev_hash, row_hash FROM audit_log "
-                            "WHERE seq > %s ORDER BY seq LIMIT %s", (last, BATCH)).fetchall()
+                        rows = store.rows_after(conn, last, BATCH)
                     if not rows:
                         break
                     out.write(b"".join(export_line(bytes(r["row_bytes"]), bytes(r["prev_hash"]),

@@ -18,6 +18,7 @@ from mnemovault.audit.merkle import (
 from mnemovault.audit.verify import VerifyResult, verify_rows
 from mnemovault.auth import Principal
 from mnemovault.errors import NotFound, ValidationError
+from mnemovault.store import audit as store
 from mnemovault.store.db import Database
 
 EXPORT_BATCH = 5000
@@ -30,8 +31,7 @@ class AuditService:
     def size(self, who: Principal) -> int:
         who.require("audit:read")
         with self.db.transaction(who.tenant) as conn:
-            row = conn.execute("SELECT seq FROM audit_heads").fetchone()
-        return int(row["seq"]) if row else 0
+            return store.head_seq(conn)
 
     def export(self, who: Principal, start: int | None = None,
                end: int | None = None) -> Iterator[bytes]:
@@ -45,10 +45,7 @@ class AuditService:
         seq = lo - 1
         while True:
             with self.db.transaction(who.tenant) as conn:
-                rows = conn.execute(
-                    "SELECT seq, row_bytes, prev_hash, row_hash FROM audit_log "
-                    "WHERE seq > %s AND (%s::bigint IS NULL OR seq <= %s) ORDER BY seq LIMIT %s",
-                    (seq, hi, hi, EXPORT_BATCH)).fetchall()
+                rows = store.rows_between(conn, seq, hi, EXPORT_BATCH)
             if not rows:
                 return
             yield b"".join(export_line(bytes(r["row_bytes"]), bytes(r["prev_hash"]),
@@ -71,11 +68,7 @@ class AuditService:
         if not ids:
             return {}
         with self.db.transaction(who.tenant) as conn:
-            rows = conn.execute(
-                "SELECT level, idx, hash FROM audit_nodes WHERE (level, idx) IN "
-                "(SELECT * FROM unnest(%s::smallint[], %s::bigint[]))",
-                ([i[0] for i in ids], [i[1] for i in ids])).fetchall()
-        return {(r["level"], r["idx"]): bytes(r["hash"]) for r in rows}
+            return store.node_hashes(conn, ids)
 
     def _check_size(self, who: Principal, size: int, name: str) -> None:
         current = self.size(who)
@@ -111,9 +104,7 @@ class AuditService:
             seq = 0
             while True:
                 with self.db.transaction(who.tenant) as conn:
-                    batch = conn.execute(
-                        "SELECT seq, row_bytes, prev_hash, row_hash FROM audit_log "
-                        "WHERE seq > %s ORDER BY seq LIMIT %s", (seq, EXPORT_BATCH)).fetchall()
+                    batch = store.rows_after(conn, seq, EXPORT_BATCH)
                 if not batch:
                     return
                 for r in batch:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from mnemovault.errors import MnemoError
+from mnemovault.validation import validation_error_from_pydantic
 
 MAX_MESSAGE_CHARS = 10_000
 MAX_HISTORY = 50
@@ -84,8 +85,6 @@ class ChatRequest(BaseModel):
         Raises:
             ValidationError: names the field (``message``, ``history.0.role``, ``k``…).
         """
-        from mnemovault.vault import validation_error_from_pydantic
-
         try:
             return cls.model_validate({"message": message, "scope": scope, "subject": subject,
                                        "history": list(history or []), "k": k,

@@ -18,7 +18,7 @@ command and answer is identical on both endpoints.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mnemovault.auth import Principal
 from mnemovault.chat.context import system_prompt
@@ -27,11 +27,12 @@ from mnemovault.errors import Conflict, ValidationError
 from mnemovault.governance import commands
 from mnemovault.governance.forget import excerpt
 from mnemovault.llm.base import ChatPrompt, ContextRecord
+from mnemovault.memories.write import remember_many
 from mnemovault.models import MAX_CONTENT_CHARS
+from mnemovault.pii import service as pii
 from mnemovault.pii.vault import PLACEHOLDER_RE, StreamRevealer
-
-if TYPE_CHECKING:
-    from mnemovault.vault import MemoryVault
+from mnemovault.recall.service import recall
+from mnemovault.runtime import Runtime
 
 NOT_STORED_RACE = ("The exchange was not stored: a memory it drew on was forgotten in the "
                    "meantime.")
@@ -41,12 +42,12 @@ def _placeholders(texts: Iterable[str]) -> set[str]:
     return {m.group(0) for t in texts for m in PLACEHOLDER_RE.finditer(t)}
 
 
-def _tokens(vault: MemoryVault, who: Principal, req: ChatRequest, chunks: Iterable[str],
+def _tokens(rt: Runtime, who: Principal, req: ChatRequest, chunks: Iterable[str],
             known: set[str], request_id: str | None, raw: list[str]) -> Iterator[ChatEvent]:
     """``chunks`` as token events, placeholders resolved for this caller; the raw chunks
     (placeholders intact) are appended to ``raw``."""
-    outputs = vault.placeholder_outputs(known, reveal=req.reveal, principal=who,
-                                        request_id=request_id)
+    outputs = pii.placeholder_outputs(rt, who, known, reveal=req.reveal,
+                                      request_id=request_id)
     revealer = StreamRevealer(lambda p: outputs.get(p, p))
     for chunk in chunks:
         raw.append(chunk)
@@ -58,7 +59,7 @@ def _tokens(vault: MemoryVault, who: Principal, req: ChatRequest, chunks: Iterab
         yield ChatEvent("token", {"text": tail})
 
 
-def open_stream(vault: MemoryVault, req: ChatRequest, who: Principal,
+def open_stream(rt: Runtime, req: ChatRequest, who: Principal,
                 request_id: str | None = None) -> ChatStream:
     """Prepare one turn (command, recall, prompt) and return its stream.
 
@@ -72,14 +73,14 @@ def open_stream(vault: MemoryVault, req: ChatRequest, who: Principal,
     who.check_scope(req.scope)
     if req.reveal:
         who.require("pii:reveal")
-    outcome = commands.handle(vault, req.message, scope=req.scope, principal=who,
+    outcome = commands.handle(rt, req.message, scope=req.scope, principal=who,
                               request_id=request_id)
     if outcome is not None and not outcome.continues_chat:
         done_cmd = outcome
 
         def command_events() -> Iterator[ChatEvent]:
             raw: list[str] = []
-            yield from _tokens(vault, who, req, [done_cmd.reply],
+            yield from _tokens(rt, who, req, [done_cmd.reply],
                                _placeholders([done_cmd.reply]), request_id, raw)
             yield ChatEvent("done", {"command": done_cmd.command, "status": done_cmd.status,
                                      "result": done_cmd.result, "stored": None,
@@ -105,21 +106,21 @@ def open_stream(vault: MemoryVault, req: ChatRequest, who: Principal,
         return ChatStream({"command": command, "status": "answered", "records": [],
                            "provider": None}, empty_events)
 
-    k = req.k or vault.settings.chat_k
+    k = req.k or rt.settings.chat_k
     filters = {"subject": req.subject} if req.subject else None
-    hits = vault.recall(text, scope=req.scope, k=k, filters=filters, principal=who,
-                        touch=store, request_id=request_id)
+    hits = recall(rt, who, text, scope=req.scope, k=k, filters=filters, touch=store,
+                  request_id=request_id)
     records = [ContextRecord(id=h.memory.id, type=h.memory.type,
                              date=h.memory.created_at.date().isoformat(),
                              content=h.memory.content) for h in hits]
-    redacted = vault.redact([text, *(t.content for t in req.history)], principal=who)
+    redacted = pii.redact(rt, who, [text, *(t.content for t in req.history)])
     question, past = redacted[0], redacted[1:]
     messages = [{"role": "system", "content": system_prompt(records)},
                 *({"role": t.role, "content": c} for t, c in zip(req.history, past,
                                                                  strict=True)),
                 {"role": "user", "content": question}]
     prompt = ChatPrompt(messages=messages, question=question, records=records)
-    provider = vault.llm
+    provider = rt.llm
     refs = [RecordRef(id=r.id, type=r.type, date=r.date).model_dump(mode="json")
             for r in records]
     meta: dict[str, Any] = {"command": command, "status": "answered", "records": refs,
@@ -128,11 +129,11 @@ def open_stream(vault: MemoryVault, req: ChatRequest, who: Principal,
     def events() -> Iterator[ChatEvent]:
         raw: list[str] = []
         known = _placeholders(m["content"] for m in messages)
-        yield from _tokens(vault, who, req, provider.stream(prompt), known, request_id, raw)
+        yield from _tokens(rt, who, req, provider.stream(prompt), known, request_id, raw)
         stored = None
         final_note = note
         if store:
-            stored = _store(vault, who, req, "".join(raw), records, request_id)
+            stored = _store(rt, who, req, "".join(raw), records, request_id)
             if stored is None:
                 final_note = NOT_STORED_RACE
         if final_note:
@@ -144,7 +145,7 @@ def open_stream(vault: MemoryVault, req: ChatRequest, who: Principal,
     return ChatStream(meta, events)
 
 
-def _store(vault: MemoryVault, who: Principal, req: ChatRequest, answer: str,
+def _store(rt: Runtime, who: Principal, req: ChatRequest, answer: str,
            records: list[ContextRecord], request_id: str | None) -> Any:
     """Store the exchange (the answer with its placeholders, the message as written: the
     write path pseudonymises it). Returns the episode id, or None when a record it drew on
@@ -155,8 +156,7 @@ def _store(vault: MemoryVault, who: Principal, req: ChatRequest, answer: str,
             "provenance": {"source": "chat"},
             "derived_from": [str(r.id) for r in records]}
     try:
-        receipt = vault.remember_many([item], principal=who, request_id=request_id,
-                                      trigger="chat")[0]
+        receipt = remember_many(rt, who, [item], request_id=request_id, trigger="chat")[0]
     except (ValidationError, Conflict) as exc:
         if exc.field and "derived_from" in exc.field:
             return None

@@ -27,14 +27,13 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from mnemovault.auth import Principal
 from mnemovault.errors import Refused
-
-if TYPE_CHECKING:
-    from mnemovault.models import ForgetResult
-    from mnemovault.vault import MemoryVault
+from mnemovault.governance import service
+from mnemovault.models import ForgetResult
+from mnemovault.runtime import Runtime
 
 PREFIXES: tuple[str, ...] = ("DO_NOT_STORE:", "FORGET_PREVIEW:", "FORGET_CONFIRM:", "FORGET:",
                              "PIN:", "UNPIN:")
@@ -115,7 +114,7 @@ def parse_ids(argument: str) -> ParsedIds:
     return ParsedIds(list(dict.fromkeys(ids)), malformed, words)
 
 
-def handle(vault: MemoryVault, message: str, *, scope: str, principal: Principal,
+def handle(rt: Runtime, message: str, *, scope: str, principal: Principal,
            request_id: str | None = None) -> CommandOutcome | None:
     """THE in-band command function. Returns None when ``message`` is not a command;
     otherwise runs it in ``scope`` for ``principal`` and returns its outcome.
@@ -130,7 +129,7 @@ def handle(vault: MemoryVault, message: str, *, scope: str, principal: Principal
     if cmd.name == "DO_NOT_STORE":
         return CommandOutcome("DO_NOT_STORE", "answered", text=cmd.argument, store=False,
                               note=NOTHING_STORED)
-    ctx = _Ctx(vault, scope, principal, request_id)
+    ctx = _Ctx(rt, scope, principal, request_id)
     if cmd.name == "FORGET_PREVIEW":
         return ctx.preview(cmd.argument)
     if cmd.name == "FORGET_CONFIRM":
@@ -197,7 +196,7 @@ def _forget_reply(res: ForgetResult) -> str:
 
 @dataclass
 class _Ctx:
-    vault: MemoryVault
+    rt: Runtime
     scope: str
     principal: Principal
     request_id: str | None
@@ -211,14 +210,14 @@ class _Ctx:
         if bad is not None:
             return bad
         if parsed.ids:
-            rows = self.vault.forget_preview(parsed.ids, scope=self.scope,
-                                             principal=self.principal)
+            rows = service.forget_preview(self.rt, self.principal, parsed.ids,
+                                          scope=self.scope)
             named = {r["id"] for r in rows if r["reason"] == "named"}
             not_found = [i for i in parsed.ids if i not in named]
             mode = "ids"
         else:
-            rows = self.vault.forget_preview(query=argument, scope=self.scope,
-                                             principal=self.principal)
+            rows = service.forget_preview(self.rt, self.principal, query=argument,
+                                          scope=self.scope)
             not_found, mode = [], "query"
         result = {"mode": mode, "items": [_preview_item(r) for r in rows],
                   "not_found": [str(i) for i in not_found]}
@@ -249,13 +248,13 @@ class _Ctx:
         if bad is not None:
             return bad
         if parsed.ids:
-            res = self.vault.forget(parsed.ids, scope=self.scope, principal=self.principal,
-                                    trigger="chat", request_id=self.request_id)
+            res = service.forget(self.rt, self.principal, parsed.ids, scope=self.scope,
+                                 trigger="chat", request_id=self.request_id)
             return CommandOutcome(name, "done", reply=_forget_reply(res),
                                   result=res.model_dump(mode="json"))
         try:
-            res = self.vault.forget(query=argument, scope=self.scope, principal=self.principal,
-                                    trigger="chat", request_id=self.request_id)
+            res = service.forget(self.rt, self.principal, query=argument, scope=self.scope,
+                                 trigger="chat", request_id=self.request_id)
         except Refused as exc:
             return self._refused(name, [uuid.UUID(c) for c in exc.details.get("candidates",
                                                                              [])])
@@ -270,8 +269,8 @@ class _Ctx:
         lines = [f"{name} with a query is turned off here (ALLOW_SEMANTIC_FORGET=false), so "
                  "nothing was deleted."]
         if candidates:
-            rows = [r for r in self.vault.forget_preview(candidates, scope=self.scope,
-                                                         principal=self.principal)
+            rows = [r for r in service.forget_preview(self.rt, self.principal, candidates,
+                                                      scope=self.scope)
                     if r["reason"] == "named"]
             lines.append("Top candidates:")
             lines += _listing(rows)
@@ -289,9 +288,8 @@ class _Ctx:
         bad = _bad_tokens(name, parsed, words_ok=False)
         if bad is not None:
             return bad
-        fn = self.vault.pin if name == "PIN" else self.vault.unpin
-        res = fn(parsed.ids, scope=self.scope, principal=self.principal, trigger="chat",
-                 request_id=self.request_id)
+        res = service.set_pinned(self.rt, self.principal, parsed.ids, name == "PIN",
+                                 scope=self.scope, trigger="chat", request_id=self.request_id)
         verb = "Pinned" if name == "PIN" else "Unpinned"
         reply = f"{verb} {len(res.changed)} memor{'y' if len(res.changed) == 1 else 'ies'}"
         if res.not_found:

@@ -40,23 +40,13 @@ import psycopg
 from mnemovault.audit import log as audit
 from mnemovault.governance import graph, lineage
 from mnemovault.pii.vault import PLACEHOLDER_RE, PiiVault, TenantKeys, normalise
+from mnemovault.store import memories as memory_store
 
 STEPS = ("resolve", "collect", "lineage", "graph_support", "memories", "graph_orphans",
          "vault", "audit")
 """Step names; step ``s`` is the function ``_step_<s>`` of this module."""
 
 EXCERPT_CHARS = 180
-
-_VERSIONS_SQL = """
-SELECT m.id FROM memories m WHERE m.parent_id = ANY(%(f)s)
-UNION
-SELECT p.id FROM memories m JOIN memories p ON p.id = m.parent_id WHERE m.id = ANY(%(f)s)
-UNION
-SELECT o.id FROM memories m JOIN memories o ON o.scope = m.scope AND o.key = m.key
-WHERE m.id = ANY(%(f)s) AND m.key IS NOT NULL
-"""
-_DERIVED_SQL = "SELECT l.memory_id AS id FROM memory_lineage l WHERE l.source_id = ANY(%(f)s)"
-
 
 @dataclass
 class Resolved:
@@ -110,47 +100,26 @@ class _Run:
     shredded: list[str] = field(default_factory=list)
 
 
-def _closure(conn: psycopg.Connection[Any], start: set[uuid.UUID],
-             sql: str) -> set[uuid.UUID]:
-    """Everything reachable from ``start`` through ``sql`` (which maps ``%(f)s`` to ids)."""
-    seen = set(start)
-    frontier = sorted(start)
-    while frontier:
-        rows = conn.execute(sql, {"f": frontier}).fetchall()
-        new = {r["id"] for r in rows} - seen
-        seen |= new
-        frontier = sorted(new)
-    return seen
-
-
 def resolve(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID], *,
             scope: str | None = None, lock: bool = False) -> Resolved:
     """The memories a forget of ``ids`` would delete (see the module docstring). With
     ``lock`` every one is locked ``FOR UPDATE``, repeating the walk until nothing new turns
     up (a derivation committed meanwhile is found)."""
     wanted = list(dict.fromkeys(ids))
-    params: dict[str, Any] = {"ids": wanted}
-    scope_clause = ""
-    if scope is not None:
-        scope_clause = " AND scope = %(scope)s"
-        params["scope"] = scope
-    found = {r["id"] for r in conn.execute(
-        f"SELECT id FROM memories WHERE id = ANY(%(ids)s){scope_clause} ORDER BY id"
-        + (" FOR UPDATE" if lock else ""), params).fetchall()}
+    found = memory_store.existing(conn, wanted, scope=scope, lock=lock)
     named = [i for i in wanted if i in found]
     res = Resolved(named=named, not_found=[i for i in wanted if i not in found])
     if not named:
         return res
     locked: set[uuid.UUID] = set(named)
     while True:
-        versions = _closure(conn, set(named), _VERSIONS_SQL)
-        everything = _closure(conn, versions, f"{_VERSIONS_SQL} UNION {_DERIVED_SQL}")
+        versions = memory_store.versions_closure(conn, set(named))
+        everything = memory_store.versions_and_derived_closure(conn, versions)
         res.versions = sorted(versions - set(named))
         res.derived = sorted(everything - versions)
         if not lock or everything <= locked:
             return res
-        conn.execute("SELECT id FROM memories WHERE id = ANY(%s) ORDER BY id FOR UPDATE",
-                     (sorted(everything - locked),))
+        memory_store.lock(conn, sorted(everything - locked))
         locked |= everything
 
 
@@ -185,9 +154,7 @@ def preview(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID], *,
     res = resolve(conn, ids, scope=scope)
     if not res.named:
         return [], res.not_found
-    rows = conn.execute(
-        "SELECT id, scope, type, archived, status, created_at, left(content, 1000) AS content "
-        "FROM memories WHERE id = ANY(%s) ORDER BY id", (res.all,)).fetchall()
+    rows = memory_store.preview_rows(conn, res.all)
     reasons = res.reasons()
     return [{**r, "reason": reasons[r["id"]]} for r in rows], res.not_found
 
@@ -262,7 +229,7 @@ def _step_graph_support(conn: psycopg.Connection[Any], run: _Run) -> None:
 
 def _step_memories(conn: psycopg.Connection[Any], run: _Run) -> None:
     assert run.resolved is not None
-    conn.execute("DELETE FROM memories WHERE id = ANY(%s)", (run.resolved.all,))
+    memory_store.delete(conn, run.resolved.all)
 
 
 def _step_graph_orphans(conn: psycopg.Connection[Any], run: _Run) -> None:

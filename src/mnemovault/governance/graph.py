@@ -28,6 +28,7 @@ import psycopg
 
 from mnemovault.errors import Conflict
 from mnemovault.pii.vault import PLACEHOLDER_RE, normalise
+from mnemovault.store import graph as store
 
 MAX_EDGE_NODES = 32
 """Edges join the first 32 distinct entities of a memory (all pairs among them: at most 496
@@ -74,26 +75,13 @@ def index(conn: psycopg.Connection[Any], tenant: str, items: Sequence[Mentions])
         return
     _lock_or_create(conn, tenant, nodes)
     node_support.sort()
-    conn.execute(
-        "INSERT INTO graph_node_support (tenant_id, node_id, memory_id) "
-        "SELECT %s, n, m FROM unnest(%s::text[], %s::uuid[]) AS u(n, m) "
-        "ON CONFLICT DO NOTHING",
-        (tenant, [n for n, _ in node_support], [m for _, m in node_support]))
+    store.insert_node_support(conn, tenant, node_support)
     if not edge_support:
         return
     edge_support.sort()
     pairs = sorted({(a, b) for a, b, _ in edge_support})
-    conn.execute(
-        "INSERT INTO graph_edges (tenant_id, source_node, target_node) "
-        "SELECT %s, a, b FROM unnest(%s::text[], %s::text[]) AS u(a, b) "
-        "ON CONFLICT DO NOTHING",
-        (tenant, [a for a, _ in pairs], [b for _, b in pairs]))
-    conn.execute(
-        "INSERT INTO graph_edge_support (tenant_id, source_node, target_node, memory_id) "
-        "SELECT %s, a, b, m FROM unnest(%s::text[], %s::text[], %s::uuid[]) AS u(a, b, m) "
-        "ON CONFLICT DO NOTHING",
-        (tenant, [a for a, _, _ in edge_support], [b for _, b, _ in edge_support],
-         [m for _, _, m in edge_support]))
+    store.insert_edges(conn, tenant, pairs)
+    store.insert_edge_support(conn, tenant, edge_support)
 
 
 def _lock_or_create(conn: psycopg.Connection[Any], tenant: str, nodes: dict[str, str]) -> None:
@@ -105,17 +93,11 @@ def _lock_or_create(conn: psycopg.Connection[Any], tenant: str, nodes: dict[str,
     """
     missing = sorted(nodes)  # one lock order for every writer
     for _ in range(5):
-        locked = {r["node_id"] for r in conn.execute(
-            "SELECT node_id FROM graph_nodes WHERE node_id = ANY(%s) ORDER BY node_id "
-            "FOR KEY SHARE", (missing,)).fetchall()}
+        locked = store.lock_nodes_key_share(conn, missing)
         missing = [n for n in missing if n not in locked]
         if not missing:
             return
-        created = {r["node_id"] for r in conn.execute(
-            "INSERT INTO graph_nodes (tenant_id, node_id, kind) "
-            "SELECT %s, n, k FROM unnest(%s::text[], %s::text[]) AS u(n, k) "
-            "ON CONFLICT DO NOTHING RETURNING node_id",
-            (tenant, missing, [nodes[n] for n in missing])).fetchall()}
+        created = store.create_nodes(conn, tenant, [(n, nodes[n]) for n in missing])
         missing = [n for n in missing if n not in created]  # made by a concurrent writer
         if not missing:
             return
@@ -125,21 +107,12 @@ def _lock_or_create(conn: psycopg.Connection[Any], tenant: str, nodes: dict[str,
 def supported_by(conn: psycopg.Connection[Any],
                  ids: Sequence[uuid.UUID]) -> tuple[list[str], list[tuple[str, str]]]:
     """The nodes and edges that any of ``ids`` supports (sorted)."""
-    nodes = conn.execute(
-        "SELECT DISTINCT node_id FROM graph_node_support WHERE memory_id = ANY(%s) "
-        "ORDER BY node_id", (list(ids),)).fetchall()
-    edges = conn.execute(
-        "SELECT DISTINCT source_node, target_node FROM graph_edge_support "
-        "WHERE memory_id = ANY(%s) ORDER BY source_node, target_node", (list(ids),)).fetchall()
-    return ([r["node_id"] for r in nodes],
-            [(r["source_node"], r["target_node"]) for r in edges])
+    return store.nodes_supported_by(conn, ids), store.edges_supported_by(conn, ids)
 
 
 def delete_support(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]) -> int:
     """Remove the support rows of ``ids``; returns how many were removed."""
-    a = conn.execute("DELETE FROM graph_edge_support WHERE memory_id = ANY(%s)", (list(ids),))
-    b = conn.execute("DELETE FROM graph_node_support WHERE memory_id = ANY(%s)", (list(ids),))
-    return (a.rowcount or 0) + (b.rowcount or 0)
+    return store.delete_support(conn, ids)
 
 
 def delete_orphans(conn: psycopg.Connection[Any], nodes: Sequence[str],
@@ -149,34 +122,16 @@ def delete_orphans(conn: psycopg.Connection[Any], nodes: Sequence[str],
     every edge in ``edges``, as :func:`supported_by` gives them). Returns (node ids
     removed, sorted; number of edges removed)."""
     if nodes:
-        conn.execute("SELECT 1 FROM graph_nodes WHERE node_id = ANY(%s) ORDER BY node_id "
-                     "FOR UPDATE", (list(nodes),))
+        store.lock_nodes_for_update(conn, nodes)
     removed_edges = 0
     if edges:
-        cur = conn.execute(
-            "DELETE FROM graph_edges e USING unnest(%s::text[], %s::text[]) AS u(a, b) "
-            "WHERE e.source_node = u.a AND e.target_node = u.b AND NOT EXISTS ("
-            "  SELECT 1 FROM graph_edge_support s WHERE s.source_node = e.source_node "
-            "  AND s.target_node = e.target_node)",
-            ([a for a, _ in edges], [b for _, b in edges]))
-        removed_edges = cur.rowcount or 0
+        removed_edges = store.delete_unsupported_edges(conn, edges)
     if not nodes:
         return [], removed_edges
-    rows = conn.execute(
-        "DELETE FROM graph_nodes n WHERE n.node_id = ANY(%s) "
-        "AND NOT EXISTS (SELECT 1 FROM graph_node_support s WHERE s.node_id = n.node_id) "
-        "AND NOT EXISTS (SELECT 1 FROM graph_edges e WHERE e.source_node = n.node_id) "
-        "AND NOT EXISTS (SELECT 1 FROM graph_edges e WHERE e.target_node = n.node_id) "
-        "RETURNING node_id", (list(nodes),)).fetchall()
-    return sorted(r["node_id"] for r in rows), removed_edges
+    return sorted(store.delete_unsupported_nodes(conn, nodes)), removed_edges
 
 
 def neighbours(conn: psycopg.Connection[Any], node_id: str) -> list[dict[str, Any]]:
     """The entities co-mentioned with ``node_id``: node id and number of supporting
     memories, most supported first."""
-    return list(conn.execute(
-        "SELECT CASE WHEN e.source_node = %(n)s THEN e.target_node ELSE e.source_node END "
-        "AS node_id, count(s.memory_id) AS support FROM graph_edges e "
-        "JOIN graph_edge_support s USING (tenant_id, source_node, target_node) "
-        "WHERE e.source_node = %(n)s OR e.target_node = %(n)s "
-        "GROUP BY 1 ORDER BY support DESC, node_id", {"n": node_id}).fetchall())
+    return store.neighbours(conn, node_id)

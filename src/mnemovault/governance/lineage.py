@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 from mnemovault.errors import ValidationError
+from mnemovault.store import graph as store
 
 
 def check_sources(conn: psycopg.Connection[Any],
@@ -30,10 +31,7 @@ def check_sources(conn: psycopg.Connection[Any],
     wanted = sorted({s for _, ids in items for s in ids})
     if not wanted:
         return
-    rows = conn.execute(
-        "SELECT id, scope FROM memories WHERE id = ANY(%s) ORDER BY id FOR KEY SHARE",
-        (wanted,)).fetchall()
-    scope_of = {r["id"]: r["scope"] for r in rows}
+    scope_of = store.lock_memory_scopes(conn, wanted)
     for i, (scope, ids) in enumerate(items):
         for j, source in enumerate(ids):
             if scope_of.get(source) != scope:
@@ -47,21 +45,14 @@ def record(conn: psycopg.Connection[Any], tenant: str,
     """Insert ``(memory_id, source_id)`` lineage rows (duplicates ignored)."""
     if not pairs:
         return
-    conn.execute(
-        "INSERT INTO memory_lineage (tenant_id, memory_id, source_id) "
-        "SELECT %s, m, s FROM unnest(%s::uuid[], %s::uuid[]) AS u(m, s) "
-        "ON CONFLICT DO NOTHING",
-        (tenant, [m for m, _ in pairs], [s for _, s in pairs]))
+    store.insert_lineage(conn, tenant, pairs)
 
 
 def sources(conn: psycopg.Connection[Any], memory_id: uuid.UUID) -> list[uuid.UUID]:
     """The memories ``memory_id`` was derived from, by id."""
-    return [r["source_id"] for r in conn.execute(
-        "SELECT source_id FROM memory_lineage WHERE memory_id = %s ORDER BY source_id",
-        (memory_id,)).fetchall()]
+    return store.lineage_sources(conn, memory_id)
 
 
 def delete(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]) -> int:
     """Remove the lineage rows of the derived memories ``ids`` (before they are deleted)."""
-    cur = conn.execute("DELETE FROM memory_lineage WHERE memory_id = ANY(%s)", (list(ids),))
-    return cur.rowcount or 0
+    return store.delete_lineage(conn, ids)

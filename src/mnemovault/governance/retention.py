@@ -30,6 +30,7 @@ from typing import Any
 import psycopg
 
 from mnemovault.config import Settings
+from mnemovault.store import memories as memory_store
 
 
 @dataclass(frozen=True)
@@ -64,13 +65,6 @@ def score(idle_days: float, access_count: int, pinned: bool, policy: Policy) -> 
     return decay * (policy.recency_weight + policy.access_weight * use)
 
 
-# The same formula in SQL (the job must not fetch every row to score it in Python).
-_IDLE_DAYS = ("(extract(epoch FROM (%(now)s::timestamptz - coalesce(last_accessed_at, "
-              "created_at))) / 86400.0)")
-_SCORE_SQL = (f"power(2.0, -greatest({_IDLE_DAYS}, 0) / %(half_life)s) * (%(w_r)s + %(w_a)s * "
-              "least(1.0, ln(1 + greatest(access_count, 0)) / ln(1 + %(sat)s)))")
-
-
 def _params(policy: Policy, now: datetime) -> dict[str, Any]:
     return {"now": now, "half_life": policy.half_life_days, "w_r": policy.recency_weight,
             "w_a": policy.access_weight, "sat": policy.access_saturation,
@@ -80,9 +74,7 @@ def _params(policy: Policy, now: datetime) -> dict[str, Any]:
 def scores(conn: psycopg.Connection[Any], ids: list[uuid.UUID], policy: Policy,
            now: datetime) -> dict[uuid.UUID, float]:
     """The score of each of ``ids`` as the job computes it (``inf`` when pinned)."""
-    rows = conn.execute(
-        f"SELECT id, pinned, {_SCORE_SQL} AS score FROM memories WHERE id = ANY(%(ids)s)",
-        {**_params(policy, now), "ids": ids}).fetchall()
+    rows = memory_store.retention_scores(conn, ids, _params(policy, now))
     return {r["id"]: math.inf if r["pinned"] else float(r["score"]) for r in rows}
 
 
@@ -91,24 +83,14 @@ def archive(conn: psycopg.Connection[Any], policy: Policy, now: datetime, *,
     """Archive (or with ``dry_run`` only list) the active, unpinned, unarchived memories of
     the transaction's tenant idle ``min_idle_days`` or more that score below
     ``archive_below``. Returns their ids, sorted."""
-    where = (f"NOT pinned AND NOT archived AND status = 'active' "
-             f"AND {_IDLE_DAYS} >= %(min_idle)s AND {_SCORE_SQL} < %(below)s")
-    if dry_run:
-        sql = f"SELECT id FROM memories WHERE {where}"
-    else:
-        sql = (f"UPDATE memories SET archived = true, updated_at = %(now)s "
-               f"WHERE {where} RETURNING id")
-    return sorted(r["id"] for r in conn.execute(sql, _params(policy, now)).fetchall())
+    return memory_store.archive_below(conn, _params(policy, now), dry_run=dry_run)
 
 
 def unused(conn: psycopg.Connection[Any], policy: Policy, now: datetime) -> list[uuid.UUID]:
     """Unpinned memories idle ``delete_unused_days`` or more (none if that is unset)."""
     if policy.delete_unused_days is None:
         return []
-    rows = conn.execute(
-        f"SELECT id FROM memories WHERE NOT pinned AND {_IDLE_DAYS} >= %(days)s ORDER BY id",
-        {**_params(policy, now), "days": policy.delete_unused_days}).fetchall()
-    return [r["id"] for r in rows]
+    return memory_store.idle_unpinned(conn, now, policy.delete_unused_days)
 
 
 class Scheduler:

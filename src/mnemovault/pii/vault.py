@@ -35,6 +35,7 @@ from mnemovault.pii.crypto import (
     value_aad,
 )
 from mnemovault.pii.detect import KnownEntityIndex, fingerprint, normalise
+from mnemovault.store import pii as store
 
 PLACEHOLDER_RE = re.compile(r"\{([a-z][a-z_]{0,31}):p_([0-9a-f]{10})\}")
 ERASED = "[erased]"
@@ -83,10 +84,7 @@ class PiiVault:
             secret = secrets.token_bytes(32)
             v = self.keyring.current
             sealed = seal(self.keyring.current_key, secret, secret_aad(tenant, v))
-            conn.execute(
-                "INSERT INTO pii_tenant_keys (tenant_id, kek_version, nonce, wrapped_secret) "
-                "VALUES (%s, %s, %s, %s) ON CONFLICT (tenant_id) DO NOTHING",
-                (tenant, v, sealed.nonce, sealed.ciphertext))
+            store.insert_tenant_secret(conn, tenant, v, sealed.nonce, sealed.ciphertext)
             keys = self.existing_tenant_keys(conn, tenant)
             assert keys is not None
         return keys
@@ -95,9 +93,7 @@ class PiiVault:
                              tenant: str) -> TenantKeys | None:
         """The tenant's HMAC keys, or None if its vault was never used (reads create
         nothing)."""
-        row = conn.execute(
-            "SELECT kek_version, nonce, wrapped_secret FROM pii_tenant_keys "
-            "WHERE tenant_id = %s", (tenant,)).fetchone()
+        row = store.tenant_secret(conn, tenant)
         if row is None:
             return None
         v = row["kek_version"]
@@ -110,9 +106,7 @@ class PiiVault:
     def lookup(self, conn: psycopg.Connection[Any], keys: TenantKeys,
                value: str) -> str | None:
         """The live placeholder of ``value``, if the vault holds it (no write)."""
-        row = conn.execute(
-            "SELECT placeholder FROM pii_values WHERE fingerprint = %s",
-            (keys.fingerprint(value),)).fetchone()
+        row = store.placeholder_by_fingerprint(conn, keys.fingerprint(value))
         return row["placeholder"] if row else None
 
     def get_or_create(self, conn: psycopg.Connection[Any], tenant: str, keys: TenantKeys,
@@ -126,28 +120,22 @@ class PiiVault:
         for counter in range(1000):
             # FOR SHARE: a concurrent shred of this value waits for this write (and then
             # erases it too) instead of slipping in between the lookup and the commit
-            row = conn.execute("SELECT placeholder, kind FROM pii_values WHERE fingerprint = %s "
-                               "FOR SHARE",
-                               (fp,)).fetchone()
+            row = store.placeholder_by_fingerprint(conn, fp, lock=True)
             if row is not None:
                 return NewEntry(row["placeholder"], row["kind"], False)
             placeholder = keys.candidate(kind, value, counter)
             dek = secrets.token_bytes(32)
             sealed_value = seal(dek, value.encode("utf-8"), value_aad(tenant, placeholder))
-            inserted = conn.execute(
-                "INSERT INTO pii_values (tenant_id, placeholder, kind, fingerprint, ntokens, "
-                "head, nonce, ciphertext) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
-                "ON CONFLICT DO NOTHING RETURNING placeholder",
-                (tenant, placeholder, kind, fp, entity.n_tokens, entity.head,
-                 sealed_value.nonce, sealed_value.ciphertext)).fetchone()
-            if inserted is None:
+            inserted = store.insert_value(
+                conn, tenant=tenant, placeholder=placeholder, kind=kind, fp=fp,
+                ntokens=entity.n_tokens, head=entity.head, nonce=sealed_value.nonce,
+                ciphertext=sealed_value.ciphertext)
+            if not inserted:
                 continue  # taken: same value by a concurrent writer (seen above), or another
             v = self.keyring.current
             wrapped = seal(self.keyring.current_key, dek, dek_aad(tenant, placeholder, v))
-            conn.execute(
-                "INSERT INTO pii_deks (tenant_id, placeholder, kek_version, nonce, wrapped_dek) "
-                "VALUES (%s, %s, %s, %s, %s)",
-                (tenant, placeholder, v, wrapped.nonce, wrapped.ciphertext))
+            store.insert_dek(conn, tenant=tenant, placeholder=placeholder, kek_version=v,
+                             nonce=wrapped.nonce, wrapped=wrapped.ciphertext)
             index.add_fingerprint(kind, fp, entity.n_tokens, entity.head)
             return NewEntry(placeholder, kind, True)
         raise RuntimeError("vault: no free placeholder after 1000 candidates")
@@ -156,10 +144,7 @@ class PiiVault:
         """The tenant's known-entity index, rebuilt from stored fingerprints (nothing is
         decrypted)."""
         index = KnownEntityIndex(keys.fingerprint_key)
-        for r in conn.execute(
-            "SELECT fingerprint, kind, ntokens, head FROM pii_values "
-            "WHERE fingerprint IS NOT NULL"
-        ).fetchall():
+        for r in store.fingerprints(conn):
             index.add_fingerprint(r["kind"], bytes(r["fingerprint"]), r["ntokens"] or 1,
                                   bytes(r["head"]) if r["head"] is not None else None)
         return index
@@ -172,11 +157,7 @@ class PiiVault:
         wanted = sorted(set(placeholders))
         if not wanted:
             return {}
-        rows = conn.execute(
-            "SELECT v.placeholder, v.nonce, v.ciphertext, d.kek_version, d.nonce AS dnonce, "
-            "d.wrapped_dek FROM pii_values v LEFT JOIN pii_deks d "
-            "ON d.tenant_id = v.tenant_id AND d.placeholder = v.placeholder "
-            "WHERE v.placeholder = ANY(%s)", (wanted,)).fetchall()
+        rows = store.sealed_values(conn, wanted)
         out: dict[str, str] = {}
         for r in rows:
             ph = r["placeholder"]
@@ -196,10 +177,7 @@ class PiiVault:
         wanted = sorted(set(placeholders))
         if not wanted:
             return set()
-        rows = conn.execute(
-            "SELECT placeholder FROM pii_values WHERE placeholder = ANY(%s) "
-            "AND shredded_at IS NOT NULL", (wanted,)).fetchall()
-        return {r["placeholder"] for r in rows}
+        return store.shredded_among(conn, wanted)
 
     def shred(self, conn: psycopg.Connection[Any], placeholders: Iterable[str]) -> list[str]:
         """Crypto-shred: destroy each value's DEK and ciphertext (and its fingerprint),
@@ -207,12 +185,7 @@ class PiiVault:
         wanted = sorted(set(placeholders))
         if not wanted:
             return []
-        conn.execute("DELETE FROM pii_deks WHERE placeholder = ANY(%s)", (wanted,))
-        rows = conn.execute(
-            "UPDATE pii_values SET ciphertext = NULL, nonce = NULL, fingerprint = NULL, "
-            "ntokens = NULL, head = NULL, shredded_at = now() WHERE placeholder = ANY(%s) "
-            "AND shredded_at IS NULL RETURNING placeholder", (wanted,)).fetchall()
-        return sorted(r["placeholder"] for r in rows)
+        return store.shred(conn, wanted)
 
 
 def render(text: str, values: dict[str, str], erased: set[str] | None = None) -> str:

@@ -1,7 +1,7 @@
 """Score fusion for recall.
 
 Two candidate lists come in: the nearest memories by cosine similarity and the best by
-BM25 (:mod:`mnemovault.recall.search`). Two ways to fuse them:
+BM25 (:mod:`mnemovault.store.search`). Two ways to fuse them:
 
 - ``convex`` (default): cosine similarities are min-max normalised over the candidates,
   BM25 scores are divided by the best one (BM25's theoretical minimum is 0, so a set of

@@ -195,6 +195,11 @@ class Database:
                     except Exception:  # a mirror failure never undoes a commit
                         log.exception("after-commit hook failed for a tenant")
 
+    def ping(self) -> None:
+        """Run ``SELECT 1`` on an application connection (raises if the database is down)."""
+        with self.unscoped() as conn:
+            conn.execute("SELECT 1")
+
     @contextmanager
     def unscoped(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
         """A transaction as the application role with no tenant set (it sees no rows).

@@ -1,11 +1,47 @@
-"""Candidate queries for recall."""
+"""SQL of recall over the ``memories`` table: the filter clause, the nearest rows by
+cosine distance (HNSW) and the full-text candidates (BM25 in SQL).
+
+The fusion of the two lists and every ranking rule live in :mod:`mnemovault.recall`."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 import psycopg
+
+
+def filter_sql(tenant: str, scope: str, *, include_archived: bool = False,
+               subject: str | None = None, types: list[str] | None = None,
+               tags: list[str] | None = None, since: datetime | None = None,
+               until: datetime | None = None) -> tuple[str, dict[str, Any]]:
+    """The WHERE clause (and its parameters) of the live memories of one scope that pass
+    the recall filters: active only, not archived unless ``include_archived``.
+
+    The tenant is named here as well as by row-level security: the planner then sees its
+    real row count (a tenant-sized scope goes to the HNSW index, a small one to the B-tree
+    and an exact sort), and isolation is enforced twice (SPEC section 11)."""
+    clauses = ["tenant_id = %(tenant)s", "scope = %(scope)s", "status = 'active'"]
+    params: dict[str, Any] = {"tenant": tenant, "scope": scope}
+    if not include_archived:
+        clauses.append("NOT archived")
+    if subject is not None:
+        clauses.append("subject_id = %(subject)s")
+        params["subject"] = subject
+    if types:
+        clauses.append("type = ANY(%(types)s)")
+        params["types"] = list(types)
+    if tags:
+        clauses.append("provenance -> 'tags' ?| %(tags)s")
+        params["tags"] = list(tags)
+    if since is not None:
+        clauses.append("created_at >= %(since)s")
+        params["since"] = since
+    if until is not None:
+        clauses.append("created_at < %(until)s")
+        params["until"] = until
+    return " AND ".join(clauses), params
 
 
 def vector_candidates(

@@ -1,0 +1,64 @@
+"""Reading memories by id and by page (SPEC section 10's listing order: oldest id first,
+keyset pagination). Output is rendered for the caller (:func:`mnemovault.pii.service.
+render`): shredded values ``[erased]``, originals only with ``reveal``."""
+
+from __future__ import annotations
+
+import uuid
+
+from mnemovault.auth import Principal
+from mnemovault.errors import NotFound, ValidationError
+from mnemovault.models import Memory, Page
+from mnemovault.pii import service as pii
+from mnemovault.runtime import Runtime
+from mnemovault.store import memories as store
+from mnemovault.validation import parse_id
+
+
+def get(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, *, reveal: bool = False,
+        request_id: str | None = None) -> Memory:
+    """One memory by id, whatever its status. Needs ``memory:read`` (``pii:reveal`` with
+    ``reveal``).
+
+    Raises:
+        NotFound: no such id in this tenant (another tenant's id is not found either), or
+            outside the key's scope.
+    """
+    who.require("memory:read")
+    mid = parse_id(memory_id, "id")
+    if reveal:
+        who.require("pii:reveal")
+    with rt.db.transaction(who.tenant) as conn:
+        row = store.by_id(conn, mid)
+        if row is None or (who.scope is not None and row["scope"] != who.scope):
+            raise NotFound("id: no memory with this id", field="id")
+        return pii.render(rt, conn, who, [Memory.from_row(row)], reveal=reveal,
+                          request_id=request_id)[0]
+
+
+def page(rt: Runtime, who: Principal, *, scope: str | None = None,
+         subject: str | None = None, limit: int = 50, cursor: uuid.UUID | str | None = None,
+         include_superseded: bool = False) -> Page:
+    """Memories oldest id first, keyset-paginated: pass ``next_cursor`` back as ``cursor``
+    (the last id seen). ``limit`` is 1..100. Scope and subject are matched as stored
+    (pseudonymised like stored text). Needs ``memory:read``.
+
+    Raises:
+        ValidationError: limit out of range, malformed cursor.
+    """
+    who.require("memory:read")
+    if not isinstance(limit, int) or not 1 <= limit <= 100:
+        raise ValidationError("limit: must be an integer in 1..100", field="limit")
+    scope = scope if scope is not None else who.scope
+    who.check_scope(scope)
+    subject = who.subject or subject
+    after = parse_id(cursor, "cursor") if cursor is not None else None
+    with rt.db.transaction(who.tenant) as conn:
+        rows = store.page(conn, scope=pii.translate(rt, conn, who.tenant, scope),
+                          subject=pii.translate(rt, conn, who.tenant, subject),
+                          include_superseded=include_superseded, cursor=after,
+                          limit=limit + 1)
+        items = pii.render(rt, conn, who, [Memory.from_row(r) for r in rows[:limit]],
+                           reveal=False)
+    nxt = items[-1].id if len(rows) > limit else None
+    return Page(items=items, next_cursor=nxt)

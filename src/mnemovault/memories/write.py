@@ -1,0 +1,264 @@
+"""The write path (SPEC section 2): every write (remember, imports, chat exchanges, later
+tool writes) goes through :func:`remember_many`, whose steps are named here, in order:
+
+1. (chat only) in-band command check -> :func:`mnemovault.governance.commands.handle`,
+   called by the chat capability before it writes
+2. capture guard           -> :func:`guard`        (seam: the capture-guard issue)
+3. injection sanitiser     -> :func:`sanitise`     (seam: the sanitiser issue)
+4. pseudonymisation        -> :func:`pseudonymise` (every free-text field)
+5. embedding               -> :func:`embed`        (the pseudonymised text only)
+6. insert                  -> :func:`store`        (memories, versions, lineage, graph,
+   vault entries and the audit row, in the transaction of step 4)
+
+If any step fails nothing is stored: no memory row, no vault entry.
+"""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+from pydantic import ValidationError as PydanticValidationError
+
+from mnemovault.audit import log as audit
+from mnemovault.auth import Principal
+from mnemovault.errors import Conflict, ValidationError
+from mnemovault.governance import graph, lineage
+from mnemovault.ids import uuid7
+from mnemovault.models import MemoryInput, Provenance, Receipt
+from mnemovault.pii import service as pii
+from mnemovault.runtime import Runtime
+from mnemovault.store import memories as store_memories
+from mnemovault.store import tenants as store_tenants
+from mnemovault.validation import validation_error_from_pydantic
+
+STEPS = ("command_check", "guard", "sanitise", "pseudonymise", "embed", "store")
+"""The write path's steps, in order (the module docstring says where each one lives)."""
+
+Conn = psycopg.Connection[Any]
+
+
+@dataclass
+class Prepared:
+    """One item after step 4: its fields as they will be stored."""
+
+    item: MemoryInput
+    content: str
+    placeholders: list[str]  # vault entries this write created
+    used: list[str] = field(default_factory=list)  # every placeholder the detectors produced
+
+
+def parse_one(content: str, *, scope: str, subject: str | None, type: str, key: str | None,
+              provenance: dict[str, Any] | None, created_at: datetime | None,
+              entities: builtins.list[dict[str, str]] | None,
+              derived_from: Sequence[uuid.UUID | str] | None) -> MemoryInput:
+    """The library arguments of one remember as a checked :class:`MemoryInput`.
+
+    Raises:
+        ValidationError: names the field.
+    """
+    item = {"content": content, "scope": scope, "subject": subject, "type": type,
+            "key": key, "provenance": provenance or {}, "created_at": created_at,
+            "entities": entities or [], "derived_from": list(derived_from or [])}
+    try:
+        return MemoryInput.model_validate(item)
+    except PydanticValidationError as exc:
+        raise validation_error_from_pydantic(exc) from None
+
+
+def as_inputs(items: Iterable[MemoryInput | dict[str, Any]]) -> list[MemoryInput]:
+    """Items as checked :class:`MemoryInput` (a bad one names ``items.<i>.<field>``)."""
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, MemoryInput):
+            out.append(item)
+            continue
+        try:
+            out.append(MemoryInput.model_validate(item))
+        except PydanticValidationError as exc:
+            raise validation_error_from_pydantic(exc, prefix=f"items.{i}") from None
+    return out
+
+
+def remember(rt: Runtime, who: Principal, item: MemoryInput, *,
+             request_id: str | None = None) -> Receipt:
+    """Remember one memory (:func:`remember_many` of one; errors name the bare field)."""
+    try:
+        return remember_many(rt, who, [item], request_id=request_id)[0]
+    except ValidationError as exc:
+        if exc.field and exc.field.startswith("items.0."):
+            name = exc.field.removeprefix("items.0.")
+            raise ValidationError(f"{name}: {exc.message.split(': ', 1)[-1]}",
+                                  field=name) from None
+        raise
+
+
+def remember_many(rt: Runtime, who: Principal,
+                  items: Sequence[MemoryInput | dict[str, Any]], *,
+                  request_id: str | None = None, trigger: str = "remember") -> list[Receipt]:
+    """Remember a batch: one embedding call, one transaction, one audit row.
+
+    Memories with a ``key`` that is already live in their scope become a new version
+    (``version`` + 1, ``parent_id`` = old id); the old one is marked ``superseded``.
+
+    Returns:
+        One :class:`Receipt` per item, in input order.
+    Raises:
+        ValidationError: an item is invalid (names ``items.<i>.<field>``); nothing stored.
+        Forbidden: the principal lacks ``memory:write`` or is limited to another scope.
+        Conflict: a concurrent write or forget got in the way; retrying is safe.
+    """
+    who.require("memory:write")
+    inputs = as_inputs(items)
+    if not inputs:
+        return []
+    for item in inputs:
+        who.check_scope(item.scope)
+    guard(inputs, who)
+    inputs = sanitise(inputs)
+    try:
+        with rt.db.transaction(who.tenant) as conn:
+            if who.key_id is None:
+                store_tenants.ensure(conn, who.tenant)
+            prepared = pseudonymise(rt, conn, inputs, who)
+            vectors = embed(rt, prepared)
+            return store(rt, conn, prepared, vectors, who, request_id, trigger)
+    except psycopg.errors.UniqueViolation:
+        raise Conflict(
+            "key: a concurrent write created a version of this key; retrying is safe",
+            field="key") from None
+    except psycopg.errors.ForeignKeyViolation:
+        raise Conflict("derived_from: a memory this write refers to was forgotten "
+                       "concurrently; retrying is safe", field="derived_from") from None
+
+
+# -- the steps -----------------------------------------------------------------------------
+def guard(items: list[MemoryInput], who: Principal) -> None:
+    """Step 2, capture guard (SPEC section 8): may refuse the write. Seam: allows
+    everything."""
+
+
+def sanitise(items: list[MemoryInput]) -> list[MemoryInput]:
+    """Step 3, injection sanitiser for imported/tool text (SPEC section 7). Seam:
+    unchanged."""
+    return items
+
+
+def pseudonymise(rt: Runtime, conn: Conn, items: list[MemoryInput],
+                 who: Principal) -> list[Prepared]:
+    """Step 4 (SPEC section 3): every free-text field (content, scope, subject, key, tags,
+    provenance values) is rewritten with placeholders; caller-named entities go into the
+    vault first, so they are recognised in this batch too. Runs in the write transaction,
+    so new vault entries commit or roll back with the memories."""
+    if not rt.settings.pii_pseudonymize:
+        return [Prepared(item=i, content=i.content, placeholders=[]) for i in items]
+    ps = pii.pseudonymiser(rt, conn, who.tenant)
+    created: list[list[str]] = []
+    registered: set[tuple[str, str]] = set()
+    for item in items:
+        new: list[str] = []
+        for e in item.entities:
+            if (e.kind, e.value) in registered:
+                continue
+            registered.add((e.kind, e.value))
+            placeholder, was_created = ps.register(e.kind, e.value)
+            if was_created:
+                new.append(placeholder)
+        created.append(new)
+    out = []
+    for item, new in zip(items, created, strict=True):
+        used: list[str] = []
+
+        def rw(value: str | None, _new: list[str] = new,
+               _used: list[str] = used) -> str | None:
+            if value is None:
+                return None
+            r = ps.rewrite(value)
+            _new.extend(p for p in r.created if p not in _new)
+            _used.extend(r.placeholders)
+            return r.text
+
+        prov = item.provenance.model_dump(exclude_none=True)
+        prov = {k: (rw(v) if isinstance(v, str) else v) for k, v in prov.items()}
+        prov["tags"] = [rw(t) for t in item.provenance.tags]
+        rewritten = item.model_copy(update={
+            "scope": rw(item.scope), "subject": rw(item.subject), "key": rw(item.key),
+            "provenance": Provenance.model_validate(prov), "entities": []})
+        content = rw(item.content) or ""
+        out.append(Prepared(item=rewritten, content=content, placeholders=new, used=used))
+    return out
+
+
+def embed(rt: Runtime, prepared: list[Prepared]) -> Any:
+    """Step 5: the embeddings of the pseudonymised contents (one call for the batch)."""
+    return rt.embedder.embed([p.content for p in prepared])
+
+
+def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: Principal,
+          request_id: str | None, trigger: str) -> list[Receipt]:
+    """Step 6: the memories (superseding live versions of their keys), their lineage and
+    graph entries, and the ``REMEMBER`` audit row, in the caller's transaction."""
+    lineage.check_sources(conn, [(p.item.scope, p.item.derived_from) for p in prepared])
+    now = datetime.now(UTC)
+    receipts: list[Receipt] = []
+    rows = []
+    for p, vec in zip(prepared, vectors, strict=True):
+        mid = uuid7()
+        parent, version = None, 1
+        if p.item.key is not None:
+            old = store_memories.supersede(conn, p.item.scope, p.item.key, now)
+            if old is not None:
+                parent, version = old[0], old[1] + 1
+        row = (who.tenant, mid, p.item.scope, p.item.subject, p.item.type, p.content,
+               p.item.key, vec, p.item.created_at or now, now,
+               Jsonb(p.item.provenance.model_dump(exclude_none=True)), parent, version)
+        if p.item.key is not None:
+            store_memories.insert(conn, [row])  # before the next item may supersede it
+        else:
+            rows.append(row)
+        receipts.append(Receipt(id=mid, scope=p.item.scope, version=version,
+                                superseded=parent, placeholders=p.placeholders, audit_seq=0))
+    store_memories.insert(conn, rows)
+    _index(rt, conn, who.tenant, prepared, receipts)
+    seq = audit.append(
+        conn, tenant=who.tenant, operation="REMEMBER", actor=who.actor, agent=who.agent,
+        memory_ids=[str(r.id) for r in receipts], trigger=trigger, request_id=request_id,
+        details={"count": len(receipts),
+                 "superseded": sum(1 for r in receipts if r.superseded),
+                 "placeholders_created": sorted({p for r in receipts for p in r.placeholders})},
+    )
+    for r in receipts:
+        r.audit_seq = seq
+    return receipts
+
+
+def _index(rt: Runtime, conn: Conn, tenant: str, prepared: list[Prepared],
+           receipts: list[Receipt]) -> None:
+    """Lineage rows and entity-graph entries of freshly stored memories (same
+    transaction): every placeholder of every stored free-text field is a node."""
+    pairs = [(r.id, s) for p, r in zip(prepared, receipts, strict=True)
+             for s in dict.fromkeys(p.item.derived_from)]
+    lineage.record(conn, tenant, pairs)
+    plain = not rt.settings.pii_pseudonymize
+    graph.index(conn, tenant, [
+        graph.mentions(r.id, _stored_texts(p),
+                       [(e.kind, e.value) for e in p.item.entities] if plain else [])
+        for p, r in zip(prepared, receipts, strict=True)])
+    # The nodes are locked now, so a forget that could shred one of these values has
+    # either committed (seen here) or will see this write's support and keep it.
+    if rt.pii.erased_placeholders(conn, {u for p in prepared for u in p.used}):
+        raise Conflict("content: a personal value in it was erased concurrently; "
+                       "retrying is safe", field="content")
+
+
+def _stored_texts(p: Prepared) -> list[str | None]:
+    """Every free-text field of a memory as stored (where placeholders can be)."""
+    prov = p.item.provenance.model_dump(exclude_none=True)
+    return [p.content, p.item.scope, p.item.subject, p.item.key, *p.item.provenance.tags,
+            *(v for k, v in prov.items() if k != "tags" and isinstance(v, str))]

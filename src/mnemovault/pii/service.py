@@ -1,0 +1,230 @@
+"""The PII capability (SPEC section 3): what callers do with personal values.
+
+- read-side pseudonymisation (:func:`translate`, :func:`redact`): text as it would have
+  been stored, lookups only;
+- output rendering (:func:`render`, :func:`placeholder_outputs`): shredded placeholders
+  become ``[erased]`` for everyone; with ``reveal`` (``pii:reveal``) the others become
+  their values, audited as ``REVEAL``;
+- the vault's entries (:func:`entries`, :func:`entry`, :func:`export`), crypto-shredding
+  (:func:`shred`) and KEK rotation (:func:`rotate_kek`).
+
+The write path's pseudonymisation step is :func:`mnemovault.memories.write.pseudonymise`;
+detection is :mod:`mnemovault.pii.detect`; the encryption recipes :mod:`mnemovault.pii.
+vault`; the SQL :mod:`mnemovault.store.pii`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import psycopg
+
+from mnemovault.audit import log as audit
+from mnemovault.auth import Principal
+from mnemovault.errors import NotFound, ValidationError
+from mnemovault.models import Memory
+from mnemovault.pii.crypto import Sealed, dek_aad, open_sealed, seal, secret_aad
+from mnemovault.pii.pseudonymise import Pseudonymiser
+from mnemovault.pii.vault import ERASED, PLACEHOLDER_RE
+from mnemovault.pii.vault import render as render_text
+from mnemovault.runtime import Runtime
+from mnemovault.store import pii as store
+
+Conn = psycopg.Connection[Any]
+
+
+def pseudonymiser(rt: Runtime, conn: Conn, tenant: str, read_only: bool = False) -> Pseudonymiser:
+    """A pseudonymiser over the tenant's vault in ``conn``'s transaction."""
+    return Pseudonymiser(rt.pii, rt.detectors, conn, tenant, read_only=read_only)
+
+
+def translate(rt: Runtime, conn: Conn, tenant: str, value: str | None) -> str | None:
+    """Read-side pseudonymisation: the placeholders a value would have been stored under
+    (lookups only; nothing is written)."""
+    if value is None or not rt.settings.pii_pseudonymize:
+        return value
+    return pseudonymiser(rt, conn, tenant, read_only=True).rewrite(value, create=False).text
+
+
+def redact(rt: Runtime, who: Principal, texts: Sequence[str]) -> list[str]:
+    """``texts`` as a model may see them: personal values the detectors or the vault know
+    replaced by placeholders (an unknown value by the placeholder it would get). Lookups
+    only: nothing is written."""
+    if not rt.settings.pii_pseudonymize or not texts:
+        return list(texts)
+    with rt.db.transaction(who.tenant) as conn:
+        return [translate(rt, conn, who.tenant, t) or t for t in texts]
+
+
+def query_placeholders(rt: Runtime, conn: Conn, tenant: str,
+                       query: str) -> tuple[list[str], list[str]]:
+    """The live vault placeholders a query names: (values whose original appears in it,
+    placeholders typed in it). Lookups only: nothing is written."""
+    if not rt.settings.pii_pseudonymize:
+        return [], []
+    detected = pseudonymiser(rt, conn, tenant, read_only=True).rewrite(
+        query, create=False).placeholders
+    typed = [m.group(0) for m in PLACEHOLDER_RE.finditer(query)]
+    wanted = sorted({*detected, *typed})
+    if not wanted:
+        return [], []
+    live = store.live_among(conn, wanted)
+    return (sorted(live & set(detected)), sorted(live & set(typed)))
+
+
+def render(rt: Runtime, conn: Conn, who: Principal, memories: list[Memory], *,
+           reveal: bool, request_id: str | None = None) -> list[Memory]:
+    """Output rendering (SPEC section 3): shredded placeholders become ``[erased]`` for
+    every caller; with ``reveal`` (needs ``pii:reveal``) the others become their original
+    values, and a ``REVEAL`` audit row names the placeholders and memories."""
+    fields = ("content", "subject", "key", "scope")
+    found = {m.group(0) for mem in memories for fld in fields
+             for m in PLACEHOLDER_RE.finditer(getattr(mem, fld) or "")}
+    if not found:
+        return memories
+    if reveal:
+        who.require("pii:reveal")
+        values = rt.pii.reveal_values(conn, who.tenant, found)
+        erased: set[str] = set()
+        audit.append(conn, tenant=who.tenant, operation="REVEAL", actor=who.actor,
+                     agent=who.agent, memory_ids=[str(m.id) for m in memories],
+                     request_id=request_id,
+                     details={"placeholders": sorted(values), "count": len(values)})
+    else:
+        values, erased = {}, rt.pii.erased_placeholders(conn, found)
+        if not erased:
+            return memories
+    return [m.model_copy(update={fld: render_text(getattr(m, fld), values, erased)
+                                 for fld in fields if getattr(m, fld)})
+            for m in memories]
+
+
+def placeholder_outputs(rt: Runtime, who: Principal, placeholders: Iterable[str], *,
+                        reveal: bool = False, request_id: str | None = None) -> dict[str, str]:
+    """How each placeholder is shown to this caller: ``[erased]`` when shredded (for
+    everyone), its original value with ``reveal`` (``pii:reveal``; a ``REVEAL`` audit row
+    names the placeholders), else absent (it stays as it is)."""
+    wanted = sorted(set(placeholders))
+    if reveal:
+        who.require("pii:reveal")
+    if not wanted:
+        return {}
+    with rt.db.transaction(who.tenant) as conn:
+        if reveal:
+            values = rt.pii.reveal_values(conn, who.tenant, wanted)
+            if values:
+                audit.append(conn, tenant=who.tenant, operation="REVEAL", actor=who.actor,
+                             agent=who.agent, request_id=request_id, trigger="chat",
+                             details={"placeholders": sorted(values), "count": len(values)})
+            return values
+        return {p: ERASED for p in rt.pii.erased_placeholders(conn, wanted)}
+
+
+# -- the vault's entries -------------------------------------------------------------------
+def entries(rt: Runtime, who: Principal, *, limit: int = 50,
+            cursor: str | None = None) -> list[dict[str, Any]]:
+    """Vault entries, metadata only (placeholder, kind, created, shredded), ordered by
+    placeholder; ``cursor`` = the last placeholder seen. Needs ``memory:read``."""
+    who.require("memory:read")
+    if not isinstance(limit, int) or not 1 <= limit <= 100:
+        raise ValidationError("limit: must be an integer in 1..100", field="limit")
+    with rt.db.transaction(who.tenant) as conn:
+        return store.entries(conn, after=cursor or "", limit=limit)
+
+
+def entry(rt: Runtime, who: Principal, placeholder: str, *, reveal: bool = False,
+          request_id: str | None = None) -> dict[str, Any]:
+    """One entry; with ``reveal`` (``pii:reveal``) its value too, audited.
+
+    Raises:
+        NotFound: no such placeholder in this tenant.
+    """
+    who.require("memory:read")
+    if reveal:
+        who.require("pii:reveal")
+    with rt.db.transaction(who.tenant) as conn:
+        row = store.entry(conn, placeholder)
+        if row is None:
+            raise NotFound("placeholder: no such vault entry", field="placeholder")
+        if reveal:
+            row["value"] = rt.pii.reveal_values(conn, who.tenant, [placeholder])[placeholder]
+            audit.append(conn, tenant=who.tenant, operation="REVEAL", actor=who.actor,
+                         agent=who.agent, request_id=request_id, trigger="vault",
+                         details={"placeholders": [placeholder], "count": 1})
+        return dict(row)
+
+
+def shred(rt: Runtime, who: Principal, placeholders: Sequence[str], *,
+          request_id: str | None = None, trigger: str = "api") -> list[str]:
+    """Crypto-shred vault values: their DEKs and ciphertexts are destroyed in one
+    transaction with a ``SHRED`` audit row; every record using them renders ``[erased]``
+    from now on, for every caller. Needs ``subject:erase``.
+
+    Returns the placeholders shredded (already-shredded or unknown ones are skipped).
+    """
+    who.require("subject:erase")
+    wanted = [p for p in placeholders if PLACEHOLDER_RE.fullmatch(p)]
+    if len(wanted) != len(placeholders) or not wanted:
+        raise ValidationError("placeholders: each must look like {kind:p_<10 hex>}",
+                              field="placeholders")
+    with rt.db.transaction(who.tenant) as conn:
+        done = rt.pii.shred(conn, wanted)
+        if done:
+            audit.append(conn, tenant=who.tenant, operation="SHRED", actor=who.actor,
+                         agent=who.agent, request_id=request_id, trigger=trigger,
+                         details={"placeholders": done, "count": len(done)})
+    return done
+
+
+def export(rt: Runtime, who: Principal, *,
+           request_id: str | None = None) -> list[dict[str, Any]]:
+    """Every live entry with its value (owner only: ``pii:reveal`` and ``admin:export``),
+    audited as ``VAULT_EXPORT``."""
+    who.require("admin:export")
+    who.require("pii:reveal")
+    with rt.db.transaction(who.tenant) as conn:
+        rows = store.live_entries(conn)
+        values = rt.pii.reveal_values(conn, who.tenant, [r["placeholder"] for r in rows])
+        audit.append(conn, tenant=who.tenant, operation="VAULT_EXPORT", actor=who.actor,
+                     agent=who.agent, request_id=request_id, details={"count": len(rows)})
+    return [{**r, "value": values[r["placeholder"]]} for r in rows]
+
+
+def rotate_kek(rt: Runtime, *, retire: bool = False) -> dict[str, Any]:
+    """Operator path (the database owner's connection, every tenant): make a new KEK
+    version current and rewrap every DEK and tenant secret under it; ciphertexts are not
+    touched. With ``retire`` the old versions are then destroyed (removed from the key
+    file), so a wrapped DEK left in old table pages, WAL or a backup can no longer be
+    opened. Each tenant gets a ``KEK_ROTATE`` audit row."""
+    from psycopg.rows import dict_row
+
+    keyring = rt.keyring
+    old_versions = sorted(keyring.keys)
+    new = keyring.add_version()
+    counts: dict[str, int] = {}
+    new_key = keyring.current_key
+    with psycopg.connect(rt.db.url, row_factory=dict_row) as conn, conn.transaction():
+        for r in store.secrets_not_under(conn, new):
+            t = r["tenant_id"]
+            secret = open_sealed(keyring.kek(r["kek_version"]),
+                                 Sealed(bytes(r["nonce"]), bytes(r["wrapped_secret"])),
+                                 secret_aad(t, r["kek_version"]))
+            sealed = seal(new_key, secret, secret_aad(t, new))
+            store.rewrap_secret(conn, t, new, sealed.nonce, sealed.ciphertext)
+        for r in store.deks_not_under(conn, new):
+            t, ph = r["tenant_id"], r["placeholder"]
+            dek = open_sealed(keyring.kek(r["kek_version"]),
+                              Sealed(bytes(r["nonce"]), bytes(r["wrapped_dek"])),
+                              dek_aad(t, ph, r["kek_version"]))
+            sealed = seal(new_key, dek, dek_aad(t, ph, new))
+            store.rewrap_dek(conn, t, ph, new, sealed.nonce, sealed.ciphertext)
+            counts[t] = counts.get(t, 0) + 1
+        for t, n in sorted(counts.items()):
+            store.set_tenant(conn, t)
+            audit.append(conn, tenant=t, operation="KEK_ROTATE", actor="operator",
+                         details={"kek_version": new, "rewrapped": n, "retire": retire})
+    if retire:
+        keyring.retire([v for v in old_versions if v != new])
+    return {"kek_version": new, "rewrapped": sum(counts.values()),
+            "tenants": len(counts), "retired": old_versions if retire else []}

@@ -1,0 +1,89 @@
+"""Recall (SPEC section 5): the ``k`` best memories of a scope for a query.
+
+Hybrid: the ``recall_candidates`` nearest by cosine distance (HNSW index, with
+``hnsw.iterative_scan`` so filters still yield enough rows) and the same number by BM25
+over the stored full-text vectors (:mod:`mnemovault.store.search`) are fused
+(:func:`mnemovault.recall.ranking.fuse`: a convex combination of normalised scores by
+default) with recency and pin terms. Archived, superseded and pending-review memories are
+excluded unless ``filters.include_archived`` (archived only; the others never).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError as PydanticValidationError
+
+from mnemovault.auth import Principal
+from mnemovault.errors import ValidationError
+from mnemovault.models import Hit, Memory, RecallFilters
+from mnemovault.pii import service as pii
+from mnemovault.recall.ranking import fuse
+from mnemovault.runtime import Runtime
+from mnemovault.store import memories as memory_store
+from mnemovault.store.search import filter_sql, text_candidates, vector_candidates
+from mnemovault.validation import validation_error_from_pydantic
+
+MAX_QUERY_CHARS = 10_000
+
+
+def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
+           filters: RecallFilters | dict[str, Any] | None = None, touch: bool = True,
+           reveal: bool = False, request_id: str | None = None) -> list[Hit]:
+    """The ``k`` best memories in ``scope`` for ``query``, best first (module docstring).
+
+    The query, scope and subject are pseudonymised like stored text (lookups only), so a
+    query naming a known person finds the memories stored under their placeholder. Output
+    shows placeholders; ``reveal=True`` (permission ``pii:reveal``) shows the original
+    values and is audited. ``touch`` updates the hits' access statistics.
+
+    Raises:
+        ValidationError: blank query, k outside 1..100, bad filter.
+        Forbidden: missing ``memory:read`` or a scope the key is not limited to.
+    """
+    who.require("memory:read")
+    who.check_scope(scope)
+    if not isinstance(query, str) or not query.strip():
+        raise ValidationError("query: must not be blank", field="query")
+    if "\x00" in query or len(query) > MAX_QUERY_CHARS:
+        raise ValidationError("query: at most 10000 characters, no NUL", field="query")
+    if not isinstance(k, int) or not 1 <= k <= 100:
+        raise ValidationError("k: must be an integer in 1..100", field="k")
+    if isinstance(filters, dict):
+        try:
+            filters = RecallFilters.model_validate(filters)
+        except PydanticValidationError as exc:
+            raise validation_error_from_pydantic(exc, prefix="filters") from None
+    f = filters or RecallFilters()
+    if who.subject is not None:
+        f = f.model_copy(update={"subject": who.subject})
+    if reveal:
+        who.require("pii:reveal")
+    n = max(rt.settings.recall_candidates, k)
+    with rt.db.transaction(who.tenant) as conn:
+        # the query, scope and subject as they would have been stored (placeholders)
+        query = pii.translate(rt, conn, who.tenant, query) or query
+        scope = pii.translate(rt, conn, who.tenant, scope) or scope
+        subject = pii.translate(rt, conn, who.tenant, f.subject)
+        qvec = rt.embedder.embed([query])[0]
+        where, params = filter_sql(who.tenant, scope, include_archived=f.include_archived,
+                                   subject=subject, types=list(f.types or []),
+                                   tags=list(f.tags or []), since=f.since, until=f.until)
+        vrows = vector_candidates(conn, qvec, where, params, n,
+                                  ef_search=rt.settings.hnsw_ef_search)
+        trows = text_candidates(conn, query, where, params, n)
+        meta = {r["id"]: (r["created_at"], r["pinned"]) for r in (*vrows, *trows)}
+        fused = fuse([(r["id"], 1.0 - float(r["distance"])) for r in vrows],
+                     [(r["id"], float(r["score"])) for r in trows], meta,
+                     datetime.now(UTC), rt.weights)[:k]
+        ids = [x.id for x in fused]
+        if not ids:
+            return []
+        rows = memory_store.by_ids(conn, ids, touch=touch)
+        by_id = {m.id: m for m in pii.render(
+            rt, conn, who, [Memory.from_row(r) for r in rows], reveal=reveal,
+            request_id=request_id)}
+    return [Hit(memory=by_id[x.id], score=x.score, similarity=x.similarity,
+                vector_rank=x.vector_rank, text_rank=x.text_rank)
+            for x in fused if x.id in by_id]

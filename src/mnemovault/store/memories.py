@@ -1,0 +1,223 @@
+"""SQL of the ``memories`` table: insert and key versioning, reads, pins, the forget walk
+(versions and lineage), and the retention score.
+
+Every function runs in the caller's transaction (tenant already set for row-level
+security) and returns plain rows (dicts) or ids; the rules of when to call them live in
+the capability modules (:mod:`mnemovault.memories`, :mod:`mnemovault.governance`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+COLUMNS = (
+    "id, scope, subject_id, type, content, key, pinned, archived, status, created_at, "
+    "updated_at, last_accessed_at, access_count, provenance, parent_id, version"
+)
+"""The columns a :class:`~mnemovault.models.Memory` is built from (never the embedding)."""
+
+Conn = psycopg.Connection[Any]
+
+
+# -- write ---------------------------------------------------------------------------------
+def supersede(conn: Conn, scope: str, key: str, now: datetime) -> tuple[uuid.UUID, int] | None:
+    """Mark the live version of ``key`` in ``scope`` superseded; its (id, version), or None
+    when the key has no live version."""
+    row = conn.execute(
+        "UPDATE memories SET status = 'superseded', updated_at = %s "
+        "WHERE scope = %s AND key = %s AND status <> 'superseded' RETURNING id, version",
+        (now, scope, key)).fetchone()
+    return (row["id"], row["version"]) if row is not None else None
+
+
+def insert(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Insert memories. Each row: (tenant_id, id, scope, subject_id, type, content, key,
+    embedding, created_at, updated_at, provenance (Jsonb), parent_id, version)."""
+    if not rows:
+        return
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO memories (tenant_id, id, scope, subject_id, type, content, key, "
+            "embedding, created_at, updated_at, provenance, parent_id, version) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            rows,
+        )
+
+
+# -- read ----------------------------------------------------------------------------------
+def by_id(conn: Conn, memory_id: uuid.UUID) -> dict[str, Any] | None:
+    """One memory row (:data:`COLUMNS`), whatever its status."""
+    return conn.execute(f"SELECT {COLUMNS} FROM memories WHERE id = %s",
+                        (memory_id,)).fetchone()
+
+
+def by_ids(conn: Conn, ids: Sequence[uuid.UUID], *, touch: bool) -> list[dict[str, Any]]:
+    """Rows of ``ids`` (any order); with ``touch`` their access count and last access time
+    are updated first (recall's statistics)."""
+    if touch:
+        return conn.execute(
+            f"UPDATE memories SET access_count = access_count + 1, "
+            f"last_accessed_at = now() WHERE id = ANY(%s) RETURNING {COLUMNS}",
+            (list(ids),)).fetchall()
+    return conn.execute(f"SELECT {COLUMNS} FROM memories WHERE id = ANY(%s)",
+                        (list(ids),)).fetchall()
+
+
+def page(conn: Conn, *, scope: str | None, subject: str | None, include_superseded: bool,
+         cursor: uuid.UUID | None, limit: int) -> list[dict[str, Any]]:
+    """At most ``limit`` rows in id order (oldest first), after ``cursor`` when given."""
+    clauses: list[str] = ["true"]
+    params: dict[str, Any] = {"limit": limit}
+    if scope is not None:
+        clauses.append("scope = %(scope)s")
+        params["scope"] = scope
+    if subject is not None:
+        clauses.append("subject_id = %(subject)s")
+        params["subject"] = subject
+    if not include_superseded:
+        clauses.append("status <> 'superseded'")
+    if cursor is not None:
+        clauses.append("id > %(cursor)s")
+        params["cursor"] = cursor
+    return conn.execute(
+        f"SELECT {COLUMNS} FROM memories WHERE {' AND '.join(clauses)} "
+        f"ORDER BY id LIMIT %(limit)s", params).fetchall()
+
+
+def using_nodes(conn: Conn, nodes: Sequence[str], scope: str) -> list[uuid.UUID]:
+    """Ids of the memories of ``scope`` that support any of the graph ``nodes`` (e.g. use a
+    vault placeholder), in id order."""
+    rows = conn.execute(
+        "SELECT DISTINCT s.memory_id FROM graph_node_support s JOIN memories m "
+        "ON m.tenant_id = s.tenant_id AND m.id = s.memory_id "
+        "WHERE s.node_id = ANY(%s) AND m.scope = %s ORDER BY s.memory_id",
+        (list(nodes), scope)).fetchall()
+    return [r["memory_id"] for r in rows]
+
+
+# -- pin -----------------------------------------------------------------------------------
+def set_pinned(conn: Conn, ids: Sequence[uuid.UUID], pinned: bool,
+               scope: str | None) -> list[uuid.UUID]:
+    """Pin (and un-archive) or unpin ``ids`` (limited to ``scope`` when given); the ids
+    changed, sorted."""
+    params: dict[str, Any] = {"ids": list(ids), "pinned": pinned}
+    clause = ""
+    if scope is not None:
+        clause = " AND scope = %(scope)s"
+        params["scope"] = scope
+    rows = conn.execute(
+        "UPDATE memories SET pinned = %(pinned)s, updated_at = now(), "
+        "archived = CASE WHEN %(pinned)s THEN false ELSE archived END "
+        f"WHERE id = ANY(%(ids)s){clause} RETURNING id", params).fetchall()
+    return sorted(r["id"] for r in rows)
+
+
+# -- forget walk ---------------------------------------------------------------------------
+_VERSIONS_SQL = """
+SELECT m.id FROM memories m WHERE m.parent_id = ANY(%(f)s)
+UNION
+SELECT p.id FROM memories m JOIN memories p ON p.id = m.parent_id WHERE m.id = ANY(%(f)s)
+UNION
+SELECT o.id FROM memories m JOIN memories o ON o.scope = m.scope AND o.key = m.key
+WHERE m.id = ANY(%(f)s) AND m.key IS NOT NULL
+"""
+_DERIVED_SQL = "SELECT l.memory_id AS id FROM memory_lineage l WHERE l.source_id = ANY(%(f)s)"
+
+
+def _closure(conn: Conn, start: set[uuid.UUID], sql: str) -> set[uuid.UUID]:
+    """Everything reachable from ``start`` through ``sql`` (which maps ``%(f)s`` to ids)."""
+    seen = set(start)
+    frontier = sorted(start)
+    while frontier:
+        rows = conn.execute(sql, {"f": frontier}).fetchall()
+        new = {r["id"] for r in rows} - seen
+        seen |= new
+        frontier = sorted(new)
+    return seen
+
+
+def existing(conn: Conn, ids: Sequence[uuid.UUID], *, scope: str | None,
+             lock: bool) -> set[uuid.UUID]:
+    """Which of ``ids`` exist (in ``scope`` when given), locked ``FOR UPDATE`` with
+    ``lock``."""
+    params: dict[str, Any] = {"ids": list(ids)}
+    scope_clause = ""
+    if scope is not None:
+        scope_clause = " AND scope = %(scope)s"
+        params["scope"] = scope
+    return {r["id"] for r in conn.execute(
+        f"SELECT id FROM memories WHERE id = ANY(%(ids)s){scope_clause} ORDER BY id"
+        + (" FOR UPDATE" if lock else ""), params).fetchall()}
+
+
+def lock(conn: Conn, ids: Sequence[uuid.UUID]) -> None:
+    """Lock ``ids`` ``FOR UPDATE``, in id order (a fixed order avoids deadlocks)."""
+    conn.execute("SELECT id FROM memories WHERE id = ANY(%s) ORDER BY id FOR UPDATE",
+                 (sorted(ids),))
+
+
+def versions_closure(conn: Conn, start: set[uuid.UUID]) -> set[uuid.UUID]:
+    """``start`` with every version of each (by ``parent_id`` and by scope and key)."""
+    return _closure(conn, start, _VERSIONS_SQL)
+
+
+def versions_and_derived_closure(conn: Conn, start: set[uuid.UUID]) -> set[uuid.UUID]:
+    """``start`` with, transitively, every version and every memory derived through
+    ``memory_lineage``."""
+    return _closure(conn, start, f"{_VERSIONS_SQL} UNION {_DERIVED_SQL}")
+
+
+def preview_rows(conn: Conn, ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
+    """``id``, ``scope``, ``type``, ``archived``, ``status``, ``created_at`` and ``content``
+    (at most 1000 characters) of ``ids``, in id order."""
+    return conn.execute(
+        "SELECT id, scope, type, archived, status, created_at, left(content, 1000) AS content "
+        "FROM memories WHERE id = ANY(%s) ORDER BY id", (list(ids),)).fetchall()
+
+
+def delete(conn: Conn, ids: Sequence[uuid.UUID]) -> None:
+    """Delete the rows of ``ids`` (the forget path's step; never call it alone)."""
+    conn.execute("DELETE FROM memories WHERE id = ANY(%s)", (list(ids),))
+
+
+# -- retention -----------------------------------------------------------------------------
+# The retention score of :func:`mnemovault.governance.retention.score` in SQL (the job must
+# not fetch every row to score it in Python). Parameters: now, half_life, w_r, w_a, sat.
+_IDLE_DAYS = ("(extract(epoch FROM (%(now)s::timestamptz - coalesce(last_accessed_at, "
+              "created_at))) / 86400.0)")
+_SCORE_SQL = (f"power(2.0, -greatest({_IDLE_DAYS}, 0) / %(half_life)s) * (%(w_r)s + %(w_a)s * "
+              "least(1.0, ln(1 + greatest(access_count, 0)) / ln(1 + %(sat)s)))")
+
+
+def retention_scores(conn: Conn, ids: Sequence[uuid.UUID],
+                     params: dict[str, Any]) -> list[dict[str, Any]]:
+    """``id``, ``pinned`` and ``score`` of ``ids`` (``params``: the score's parameters)."""
+    return conn.execute(
+        f"SELECT id, pinned, {_SCORE_SQL} AS score FROM memories WHERE id = ANY(%(ids)s)",
+        {**params, "ids": list(ids)}).fetchall()
+
+
+def archive_below(conn: Conn, params: dict[str, Any], *, dry_run: bool) -> list[uuid.UUID]:
+    """Archive (with ``dry_run`` only list) the active, unpinned, unarchived memories idle
+    ``min_idle`` days or more whose score is below ``below``; their ids, sorted."""
+    where = (f"NOT pinned AND NOT archived AND status = 'active' "
+             f"AND {_IDLE_DAYS} >= %(min_idle)s AND {_SCORE_SQL} < %(below)s")
+    if dry_run:
+        sql = f"SELECT id FROM memories WHERE {where}"
+    else:
+        sql = (f"UPDATE memories SET archived = true, updated_at = %(now)s "
+               f"WHERE {where} RETURNING id")
+    return sorted(r["id"] for r in conn.execute(sql, params).fetchall())
+
+
+def idle_unpinned(conn: Conn, now: datetime, days: float) -> list[uuid.UUID]:
+    """Unpinned memories idle ``days`` or more at ``now``, in id order."""
+    rows = conn.execute(
+        f"SELECT id FROM memories WHERE NOT pinned AND {_IDLE_DAYS} >= %(days)s ORDER BY id",
+        {"now": now, "days": days}).fetchall()
+    return [r["id"] for r in rows]

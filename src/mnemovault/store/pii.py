@@ -1,0 +1,170 @@
+"""SQL of the PII vault's tables: ``pii_values`` (placeholder, kind, keyed fingerprint,
+ciphertext, tombstone), ``pii_deks`` (wrapped data keys, kept apart from the ciphertexts
+so one value can be destroyed alone) and ``pii_tenant_keys`` (each tenant's wrapped
+secret).
+
+Nothing here encrypts or decrypts: it stores and returns sealed bytes. The recipes that
+use them are in :mod:`mnemovault.pii.vault`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+Conn = psycopg.Connection[Any]
+
+
+# -- tenant secret -------------------------------------------------------------------------
+def insert_tenant_secret(conn: Conn, tenant: str, kek_version: int, nonce: bytes,
+                         wrapped: bytes) -> None:
+    """Store the tenant's wrapped secret unless it has one (a concurrent first use wins)."""
+    conn.execute(
+        "INSERT INTO pii_tenant_keys (tenant_id, kek_version, nonce, wrapped_secret) "
+        "VALUES (%s, %s, %s, %s) ON CONFLICT (tenant_id) DO NOTHING",
+        (tenant, kek_version, nonce, wrapped))
+
+
+def tenant_secret(conn: Conn, tenant: str) -> dict[str, Any] | None:
+    """``kek_version``, ``nonce``, ``wrapped_secret`` of the tenant, or None."""
+    return conn.execute(
+        "SELECT kek_version, nonce, wrapped_secret FROM pii_tenant_keys "
+        "WHERE tenant_id = %s", (tenant,)).fetchone()
+
+
+# -- values --------------------------------------------------------------------------------
+def placeholder_by_fingerprint(conn: Conn, fp: bytes, *,
+                               lock: bool = False) -> dict[str, Any] | None:
+    """``placeholder`` and ``kind`` of the live value with this fingerprint, or None. With
+    ``lock`` the row is locked ``FOR SHARE`` (a concurrent shred of it waits)."""
+    return conn.execute(
+        "SELECT placeholder, kind FROM pii_values WHERE fingerprint = %s"
+        + (" FOR SHARE" if lock else ""), (fp,)).fetchone()
+
+
+def insert_value(conn: Conn, *, tenant: str, placeholder: str, kind: str, fp: bytes,
+                 ntokens: int, head: bytes | None, nonce: bytes,
+                 ciphertext: bytes) -> bool:
+    """Insert a vault value; False when the placeholder or fingerprint is taken."""
+    return conn.execute(
+        "INSERT INTO pii_values (tenant_id, placeholder, kind, fingerprint, ntokens, "
+        "head, nonce, ciphertext) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+        "ON CONFLICT DO NOTHING RETURNING placeholder",
+        (tenant, placeholder, kind, fp, ntokens, head, nonce, ciphertext)).fetchone() is not None
+
+
+def insert_dek(conn: Conn, *, tenant: str, placeholder: str, kek_version: int, nonce: bytes,
+               wrapped: bytes) -> None:
+    """Store a value's wrapped data key."""
+    conn.execute(
+        "INSERT INTO pii_deks (tenant_id, placeholder, kek_version, nonce, wrapped_dek) "
+        "VALUES (%s, %s, %s, %s, %s)",
+        (tenant, placeholder, kek_version, nonce, wrapped))
+
+
+def fingerprints(conn: Conn) -> list[dict[str, Any]]:
+    """``fingerprint``, ``kind``, ``ntokens``, ``head`` of every live value."""
+    return conn.execute(
+        "SELECT fingerprint, kind, ntokens, head FROM pii_values "
+        "WHERE fingerprint IS NOT NULL").fetchall()
+
+
+def sealed_values(conn: Conn, placeholders: Sequence[str]) -> list[dict[str, Any]]:
+    """Per placeholder the vault issued: ``placeholder``, ``nonce``, ``ciphertext`` (None
+    once shredded) and its DEK's ``kek_version``, ``dnonce``, ``wrapped_dek``."""
+    return conn.execute(
+        "SELECT v.placeholder, v.nonce, v.ciphertext, d.kek_version, d.nonce AS dnonce, "
+        "d.wrapped_dek FROM pii_values v LEFT JOIN pii_deks d "
+        "ON d.tenant_id = v.tenant_id AND d.placeholder = v.placeholder "
+        "WHERE v.placeholder = ANY(%s)", (list(placeholders),)).fetchall()
+
+
+def shredded_among(conn: Conn, placeholders: Sequence[str]) -> set[str]:
+    """Those of ``placeholders`` that were shredded."""
+    rows = conn.execute(
+        "SELECT placeholder FROM pii_values WHERE placeholder = ANY(%s) "
+        "AND shredded_at IS NOT NULL", (list(placeholders),)).fetchall()
+    return {r["placeholder"] for r in rows}
+
+
+def live_among(conn: Conn, placeholders: Sequence[str]) -> set[str]:
+    """Those of ``placeholders`` the vault holds and has not shredded."""
+    rows = conn.execute(
+        "SELECT placeholder FROM pii_values WHERE placeholder = ANY(%s) "
+        "AND shredded_at IS NULL", (list(placeholders),)).fetchall()
+    return {r["placeholder"] for r in rows}
+
+
+def shred(conn: Conn, placeholders: Sequence[str]) -> list[str]:
+    """Delete the DEKs and blank ciphertext, nonce and fingerprint of ``placeholders``,
+    keeping a tombstone; the placeholders shredded now (live ones only), sorted."""
+    conn.execute("DELETE FROM pii_deks WHERE placeholder = ANY(%s)", (list(placeholders),))
+    rows = conn.execute(
+        "UPDATE pii_values SET ciphertext = NULL, nonce = NULL, fingerprint = NULL, "
+        "ntokens = NULL, head = NULL, shredded_at = now() WHERE placeholder = ANY(%s) "
+        "AND shredded_at IS NULL RETURNING placeholder", (list(placeholders),)).fetchall()
+    return sorted(r["placeholder"] for r in rows)
+
+
+# -- entries (metadata) --------------------------------------------------------------------
+def entries(conn: Conn, *, after: str, limit: int) -> list[dict[str, Any]]:
+    """``placeholder``, ``kind``, ``created_at``, ``shredded_at`` of up to ``limit`` entries
+    after ``after``, by placeholder."""
+    return conn.execute(
+        "SELECT placeholder, kind, created_at, shredded_at FROM pii_values "
+        "WHERE placeholder > %s ORDER BY placeholder LIMIT %s", (after, limit)).fetchall()
+
+
+def entry(conn: Conn, placeholder: str) -> dict[str, Any] | None:
+    """The metadata of one entry (as :func:`entries`), or None."""
+    return conn.execute(
+        "SELECT placeholder, kind, created_at, shredded_at FROM pii_values "
+        "WHERE placeholder = %s", (placeholder,)).fetchone()
+
+
+def live_entries(conn: Conn) -> list[dict[str, Any]]:
+    """``placeholder``, ``kind``, ``created_at`` of every live entry, by placeholder."""
+    return conn.execute(
+        "SELECT placeholder, kind, created_at FROM pii_values "
+        "WHERE shredded_at IS NULL ORDER BY placeholder").fetchall()
+
+
+# -- key-encryption keys (operator paths: the owner's connection, every tenant) -----------
+def kek_versions_in_use(url: str) -> set[int]:
+    """Every KEK version a wrapped DEK or tenant secret uses."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute("SELECT kek_version FROM pii_deks UNION "
+                            "SELECT kek_version FROM pii_tenant_keys").fetchall()
+    return {r[0] for r in rows}
+
+
+def secrets_not_under(conn: Conn, version: int) -> list[dict[str, Any]]:
+    """Tenant secrets wrapped under another KEK version than ``version``."""
+    return conn.execute("SELECT tenant_id, kek_version, nonce, wrapped_secret "
+                        "FROM pii_tenant_keys WHERE kek_version <> %s", (version,)).fetchall()
+
+
+def rewrap_secret(conn: Conn, tenant: str, version: int, nonce: bytes, wrapped: bytes) -> None:
+    conn.execute("UPDATE pii_tenant_keys SET kek_version = %s, nonce = %s, "
+                 "wrapped_secret = %s WHERE tenant_id = %s", (version, nonce, wrapped, tenant))
+
+
+def deks_not_under(conn: Conn, version: int) -> list[dict[str, Any]]:
+    """Wrapped DEKs under another KEK version than ``version``."""
+    return conn.execute("SELECT tenant_id, placeholder, kek_version, nonce, wrapped_dek "
+                        "FROM pii_deks WHERE kek_version <> %s", (version,)).fetchall()
+
+
+def rewrap_dek(conn: Conn, tenant: str, placeholder: str, version: int, nonce: bytes,
+               wrapped: bytes) -> None:
+    conn.execute("UPDATE pii_deks SET kek_version = %s, nonce = %s, wrapped_dek = %s "
+                 "WHERE tenant_id = %s AND placeholder = %s",
+                 (version, nonce, wrapped, tenant, placeholder))
+
+
+def set_tenant(conn: Conn, tenant: str) -> None:
+    """Set the row-level-security tenant for the rest of the transaction (an operator
+    transaction that writes one tenant's audit row)."""
+    conn.execute("SELECT set_config('mnemovault.tenant_id', %s, true)", (tenant,))
