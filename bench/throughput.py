@@ -356,6 +356,7 @@ def load_rows(vault: Any, texts: list[str], vecs: Any, insert_batch: int) -> dic
     from psycopg.types.json import Jsonb
 
     from mnemovault.ids import uuid7
+    from mnemovault.store import memories as memory_store
 
     tenant = vault.settings.tenant
     vault.ensure_tenant(tenant)
@@ -371,7 +372,7 @@ def load_rows(vault: Any, texts: list[str], vecs: Any, insert_batch: int) -> dic
                          texts[j], None, vecs[j], created, now,
                          Jsonb({"source": "bench", "source_id": str(j)}), None, 1))
         with vault.db.transaction(tenant) as conn:
-            vault._insert(conn, rows)
+            memory_store.insert(conn, rows)
         if (i // insert_batch) % 5 == 4 or i + insert_batch >= n:
             done = min(i + insert_batch, n)
             progress(f"inserted {done}/{n} ({done / (time.perf_counter() - t0):.0f} rows/s)")
