@@ -18,6 +18,7 @@ from mnemovault.audit.merkle import verify_consistency, verify_inclusion
 from mnemovault.audit.verify import verify_file
 from mnemovault.errors import Forbidden
 from mnemovault.vault import MemoryVault
+from tests.dbcheck import refused_by_database
 
 
 def _fill(vault: MemoryVault, tenant: str, n: int) -> None:
@@ -150,6 +151,6 @@ def test_audit_endpoints_need_audit_read(vault: MemoryVault, tenant: str) -> Non
 def test_audit_tables_are_append_only_for_the_app(vault: MemoryVault, tenant: str) -> None:
     _fill(vault, tenant, 1)
     for stmt in ("UPDATE audit_nodes SET hash = hash", "DELETE FROM audit_checkpoints"):
-        with pytest.raises(psycopg.errors.InsufficientPrivilege), \
+        with refused_by_database(psycopg.errors.InsufficientPrivilege), \
                 vault.db.transaction(tenant) as conn:
             conn.execute(stmt)

@@ -22,6 +22,7 @@ from mnemovault.errors import Conflict, Forbidden, Refused, ValidationError
 from mnemovault.governance import forget as forget_mod
 from mnemovault.pii.vault import PLACEHOLDER_RE
 from mnemovault.vault import MemoryVault
+from tests.dbcheck import refused_by_database
 
 
 def _u() -> str:
@@ -127,7 +128,7 @@ def test_a_bare_delete_of_a_source_is_refused_by_the_database(vault: MemoryVault
     src = vault.remember("Ivo plays the oboe", scope="s", principal=who).id
     vault.remember("Ivo is a musician", scope="s", type="fact", derived_from=[src],
                    principal=who)
-    with pytest.raises(psycopg.errors.ForeignKeyViolation), \
+    with refused_by_database(psycopg.errors.ForeignKeyViolation), \
             vault.db.transaction(tenant) as conn:
         conn.execute("DELETE FROM memories WHERE id = %s", (src,))
     assert _exists(vault, tenant, src)

@@ -10,6 +10,7 @@ from mnemovault.config import Settings
 from mnemovault.errors import ConfigError
 from mnemovault.store.db import Database
 from mnemovault.vault import MemoryVault
+from tests.dbcheck import refused_by_database
 
 TENANT_TABLES = ("tenants", "api_keys", "memories", "outbox", "audit_heads", "audit_log",
                  "pii_tenant_keys", "pii_values", "pii_deks", "audit_nodes",
@@ -74,17 +75,17 @@ def test_app_role_without_tenant_sees_no_rows(vault: MemoryVault, tenant: str) -
 def test_app_role_cannot_write_into_another_tenant(vault: MemoryVault, tenant: str) -> None:
     other = tenant + "-x"
     vault.ensure_tenant(other)
-    with pytest.raises(psycopg.errors.InsufficientPrivilege), \
+    with refused_by_database(psycopg.errors.InsufficientPrivilege), \
             vault.db.transaction(tenant) as conn:
         conn.execute("INSERT INTO outbox (tenant_id, kind) VALUES (%s, 'X')", (other,))
 
 
 def test_audit_log_is_append_only_for_the_app(vault: MemoryVault, tenant: str) -> None:
     vault.remember("audited", scope="s", principal=vault.principal(tenant))
-    with pytest.raises(psycopg.errors.InsufficientPrivilege), \
+    with refused_by_database(psycopg.errors.InsufficientPrivilege), \
             vault.db.transaction(tenant) as conn:
         conn.execute("DELETE FROM audit_log")
-    with pytest.raises(psycopg.errors.InsufficientPrivilege), \
+    with refused_by_database(psycopg.errors.InsufficientPrivilege), \
             vault.db.transaction(tenant) as conn:
         conn.execute("UPDATE audit_log SET operation = 'X'")
 

@@ -18,8 +18,16 @@ field and the rule; they never carry row values or request text (SPEC section 12
     │                          capture guard); ``details`` may list what to confirm. CLI exit 5
     ├── Unavailable      503   the database (or a detector, later) could not do its part;
     │                          nothing was changed and retrying may work. CLI exit 6
-    └── ConfigError      500   the deployment is misconfigured: another embedder for this
-                               database, a key file lacking a KEK version. CLI exit 7
+    ├── ConfigError      500   the deployment is misconfigured: another embedder for this
+    │                          database, a key file lacking a KEK version. CLI exit 7
+    └── InternalError    500   a defect: the database refused what validation should have
+                               caught, or an unexpected exception; nothing was changed and
+                               retrying will not help. CLI exit 1
+
+Database errors never escape as driver exceptions: :meth:`mnemovault.store.db.Database.
+transaction` turns an integrity violation into :class:`Conflict`, a lost or refused
+connection into :class:`Unavailable` and anything else into :class:`InternalError`, with
+the driver's exception as ``__cause__`` (its message is never shown: it can quote values).
 
 Catch :class:`MnemoError` to handle every kind; ``to_dict()`` is the body of the HTTP
 error envelope (``{"error": {...}}``).
@@ -96,4 +104,11 @@ class ConfigError(MnemoError):
     """The deployment is misconfigured (wrong embedder for a database, missing extension)."""
 
     code = "config"
+    status = 500
+
+
+class InternalError(MnemoError):
+    """A defect (see the module docstring); the message never carries the cause's text."""
+
+    code = "internal"
     status = 500

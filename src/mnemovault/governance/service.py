@@ -28,6 +28,7 @@ from mnemovault.recall.service import recall
 from mnemovault.runtime import Runtime
 from mnemovault.store import memories as memory_store
 from mnemovault.store import tenants as tenant_store
+from mnemovault.store.db import caused_by
 from mnemovault.validation import parse_id
 
 log = logging.getLogger(__name__)
@@ -169,9 +170,11 @@ def forget(rt: Runtime, who: Principal, ids: Ids | None = None, *, query: str | 
                 pii=rt.pii if rt.settings.pii_pseudonymize else None,
                 query_hash=qhash, query_placeholders=[*detected, *typed],
                 shred_values=detected if "subject:erase" in who.permissions else [])
-    except psycopg.errors.ForeignKeyViolation:
-        raise Conflict("ids: a concurrent write refers to a memory being forgotten; "
-                       "nothing was deleted and retrying is safe", field="ids") from None
+    except Conflict as exc:
+        if caused_by(exc, psycopg.errors.ForeignKeyViolation):
+            raise Conflict("ids: a concurrent write refers to a memory being forgotten; "
+                           "nothing was deleted and retrying is safe", field="ids") from None
+        raise
     return ForgetResult(deleted=out.deleted, not_found=out.not_found,
                         audit_seq=out.audit_seq, derived=out.derived, shredded=out.shredded,
                         graph_nodes_removed=out.graph_nodes_removed,

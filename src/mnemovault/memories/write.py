@@ -36,6 +36,7 @@ from mnemovault.pii import service as pii
 from mnemovault.runtime import Runtime
 from mnemovault.store import memories as store_memories
 from mnemovault.store import tenants as store_tenants
+from mnemovault.store.db import caused_by
 from mnemovault.validation import validation_error_from_pydantic
 
 STEPS = ("command_check", "guard", "sanitise", "pseudonymise", "embed", "store")
@@ -129,13 +130,15 @@ def remember_many(rt: Runtime, who: Principal,
             prepared = pseudonymise(rt, conn, inputs, who)
             vectors = embed(rt, prepared)
             return store(rt, conn, prepared, vectors, who, request_id, trigger)
-    except psycopg.errors.UniqueViolation:
-        raise Conflict(
-            "key: a concurrent write created a version of this key; retrying is safe",
-            field="key") from None
-    except psycopg.errors.ForeignKeyViolation:
-        raise Conflict("derived_from: a memory this write refers to was forgotten "
-                       "concurrently; retrying is safe", field="derived_from") from None
+    except Conflict as exc:
+        if caused_by(exc, psycopg.errors.UniqueViolation):
+            raise Conflict(
+                "key: a concurrent write created a version of this key; retrying is safe",
+                field="key") from None
+        if caused_by(exc, psycopg.errors.ForeignKeyViolation):
+            raise Conflict("derived_from: a memory this write refers to was forgotten "
+                           "concurrently; retrying is safe", field="derived_from") from None
+        raise
 
 
 # -- the steps -----------------------------------------------------------------------------

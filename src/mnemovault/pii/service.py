@@ -199,12 +199,14 @@ def rotate_kek(rt: Runtime, *, retire: bool = False) -> dict[str, Any]:
     opened. Each tenant gets a ``KEK_ROTATE`` audit row."""
     from psycopg.rows import dict_row
 
+    from mnemovault.store.db import owner_connection
+
     keyring = rt.keyring
     old_versions = sorted(keyring.keys)
     new = keyring.add_version()
     counts: dict[str, int] = {}
     new_key = keyring.current_key
-    with psycopg.connect(rt.db.url, row_factory=dict_row) as conn, conn.transaction():
+    with owner_connection(rt.db.url, row_factory=dict_row) as conn, conn.transaction():
         for r in store.secrets_not_under(conn, new):
             t = r["tenant_id"]
             secret = open_sealed(keyring.kek(r["kek_version"]),

@@ -18,7 +18,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from mnemovault.config import Settings
-from mnemovault.errors import ConfigError, Unavailable
+from mnemovault.errors import ConfigError, Conflict, InternalError, MnemoError, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,35 @@ def note_audit_append(tenant: str) -> None:
     pending = _audited.get()
     if pending is not None:
         pending.add(tenant)
+
+
+def database_error(exc: psycopg.Error) -> MnemoError:
+    """The mnemovault kind of a driver error (the :mod:`mnemovault.errors` docstring); the
+    driver's message is never copied (it can quote row values)."""
+    if isinstance(exc, psycopg.errors.IntegrityError):
+        return Conflict("database: a concurrent change conflicted with this one; nothing was "
+                        "changed and retrying is safe")
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        return Unavailable("database: unreachable or the operation was cancelled; nothing "
+                           "was changed")
+    return InternalError(f"database: the operation was refused ({type(exc).__name__}); "
+                         "nothing was changed")
+
+
+def caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether ``exc`` was raised for a driver error of ``kind`` (its ``__cause__``)."""
+    return isinstance(exc.__cause__, kind)
+
+
+@contextmanager
+def owner_connection(url: str, **kwargs: Any) -> Iterator[psycopg.Connection[Any]]:
+    """A connection as the database owner (operator paths: migrations' checks, KEK
+    rotation, listing tenants), with driver errors turned into mnemovault kinds."""
+    try:
+        with psycopg.connect(url, **kwargs) as conn:
+            yield conn
+    except psycopg.Error as exc:
+        raise database_error(exc) from exc
 
 
 def _sqlalchemy_url(url: str) -> str:
@@ -86,7 +115,7 @@ class Database:
         return cfg
 
     def current_revision(self) -> str | None:
-        with psycopg.connect(self.url, autocommit=True) as conn:
+        with owner_connection(self.url, autocommit=True) as conn:
             reg = conn.execute("SELECT to_regclass('alembic_version')").fetchone()
             if not reg or reg[0] is None:
                 return None
@@ -116,7 +145,7 @@ class Database:
         """
         from psycopg.types.json import Jsonb
 
-        with psycopg.connect(self.url, autocommit=True) as conn:
+        with owner_connection(self.url, autocommit=True) as conn:
             conn.execute(
                 "INSERT INTO mv_meta (key, value) VALUES ('embedder', %s) "
                 "ON CONFLICT (key) DO NOTHING",
@@ -185,6 +214,8 @@ class Database:
             with self._pool.connection() as conn, conn.transaction():
                 conn.execute("SELECT set_config(%s, %s, true)", (TENANT_SETTING, tenant))
                 yield conn
+        except psycopg.Error as exc:
+            raise database_error(exc) from exc
         finally:
             _audited.reset(token)
         if outer is None:
@@ -208,5 +239,8 @@ class Database:
         if self._pool is None:
             self.open()
         assert self._pool is not None
-        with self._pool.connection() as conn, conn.transaction():
-            yield conn
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                yield conn
+        except psycopg.Error as exc:
+            raise database_error(exc) from exc

@@ -14,6 +14,8 @@ from typing import Any
 
 import psycopg
 
+from mnemovault.store.db import owner_connection
+
 Conn = psycopg.Connection[Any]
 
 
@@ -134,7 +136,7 @@ def live_entries(conn: Conn) -> list[dict[str, Any]]:
 # -- key-encryption keys (operator paths: the owner's connection, every tenant) -----------
 def kek_versions_in_use(url: str) -> set[int]:
     """Every KEK version a wrapped DEK or tenant secret uses."""
-    with psycopg.connect(url, autocommit=True) as conn:
+    with owner_connection(url, autocommit=True) as conn:
         rows = conn.execute("SELECT kek_version FROM pii_deks UNION "
                             "SELECT kek_version FROM pii_tenant_keys").fetchall()
     return {r[0] for r in rows}

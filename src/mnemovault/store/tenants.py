@@ -7,6 +7,8 @@ from typing import Any
 
 import psycopg
 
+from mnemovault.store.db import owner_connection
+
 Conn = psycopg.Connection[Any]
 
 
@@ -20,7 +22,7 @@ def ensure(conn: Conn, tenant: str) -> None:
 def live(url: str) -> list[str]:
     """Every tenant not soft-deleted, sorted. Operator path: runs on its own connection as
     the database owner (the app role sees no tenant row without a tenant set)."""
-    with psycopg.connect(url) as conn:
+    with owner_connection(url) as conn:
         return [r[0] for r in conn.execute(
             "SELECT tenant_id FROM tenants WHERE deleted_at IS NULL ORDER BY tenant_id")]
 
