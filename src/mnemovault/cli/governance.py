@@ -1,12 +1,11 @@
-"""CLI commands for chat and governance, registered on the main app by
-:func:`register` (``mnemovault.cli`` calls it)::
+"""Governance commands: ``forget`` (preview or confirm), ``pin``, ``unpin`` and the
+``retention`` group (``retention run``)::
 
     mnemovault forget --preview "the trip to Lisbon" --scope me   # what would go
     mnemovault forget --preview 0190…                             # by id: versions, facts
     mnemovault forget --confirm 0190… 0190…                       # delete exactly these
     mnemovault pin 0190…        |  mnemovault unpin 0190…
     mnemovault retention run [--dry-run] [--all-tenants]
-    mnemovault chat "what do I know about Lisbon?" --scope me     # streams the answer
 
 Every command calls :class:`~mnemovault.vault.MemoryVault` (the same functions as the HTTP
 API), as the local operator (owner of ``--tenant``).
@@ -14,18 +13,12 @@ API), as the local operator (owner of ``--tenant``).
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated, Any
 
 import typer
 
+from mnemovault.cli._common import _emit_json, _fail, _vault, err, out
 from mnemovault.errors import MnemoError, ValidationError
-
-
-def _cli() -> Any:
-    from mnemovault import cli
-
-    return cli
 
 
 def _ids_or_query(targets: list[str]) -> tuple[list[Any], str | None]:
@@ -60,7 +53,6 @@ def forget(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Forget memories with their versions, derived facts, graph and unused vault values."""
-    cli = _cli()
     try:
         if preview == confirm:
             raise ValidationError("preview: give exactly one of --preview and --confirm",
@@ -68,60 +60,59 @@ def forget(
         ids, query = _ids_or_query(targets)
         if query is not None and scope is None:
             scope = "default"
-        with cli._vault(ctx) as vault:
+        with _vault(ctx) as vault:
             if preview:
                 rows = vault.forget_preview(ids or None, query=query, scope=scope)
             else:
                 res = vault.forget(ids or None, query=query, scope=scope, trigger="cli")
     except MnemoError as exc:
         if exc.details.get("candidates"):
-            cli.err.print("top candidates: " + " ".join(exc.details["candidates"]),
-                          highlight=False)
-        cli._fail(exc)
+            err.print("top candidates: " + " ".join(exc.details["candidates"]),
+                      highlight=False)
+        _fail(exc)
         return
     if preview:
         if as_json:
-            cli._emit_json(rows)
+            _emit_json(rows)
             return
         if not rows:
-            cli.out.print("nothing would be forgotten", highlight=False)
+            out.print("nothing would be forgotten", highlight=False)
             return
         for r in rows:
             flags = ", ".join([r["type"], *(["archived"] if r["archived"] else []),
                                *([r["reason"]] if r["reason"] != "named" else [])])
-            cli.out.print(f"{r['id']} ({flags}): {' '.join(r['excerpt'].split())}",
-                          highlight=False, markup=False)
-        cli.out.print(f"{len(rows)} memories would be forgotten; nothing was deleted",
-                      highlight=False)
+            out.print(f"{r['id']} ({flags}): {' '.join(r['excerpt'].split())}",
+                      highlight=False, markup=False)
+        out.print(f"{len(rows)} memories would be forgotten; nothing was deleted",
+                  highlight=False)
         return
     if as_json:
-        cli._emit_json(res.model_dump(mode="json"))
+        _emit_json(res.model_dump(mode="json"))
         return
-    cli.out.print(f"forgot {len(res.deleted)} memories ({len(res.derived)} derived), "
-                  f"shredded {len(res.shredded)} vault values, removed "
-                  f"{res.graph_nodes_removed} graph nodes and {res.graph_edges_removed} edges"
-                  + (f"; {len(res.not_found)} ids not found" if res.not_found else "")
-                  + (f" (audit seq {res.audit_seq})" if res.audit_seq else ""),
-                  highlight=False)
+    out.print(f"forgot {len(res.deleted)} memories ({len(res.derived)} derived), "
+              f"shredded {len(res.shredded)} vault values, removed "
+              f"{res.graph_nodes_removed} graph nodes and {res.graph_edges_removed} edges"
+              + (f"; {len(res.not_found)} ids not found" if res.not_found else "")
+              + (f" (audit seq {res.audit_seq})" if res.audit_seq else ""),
+              highlight=False)
 
 
 def _pin(ctx: typer.Context, ids: list[str], scope: str | None, as_json: bool,
          pinned: bool) -> None:
-    cli = _cli()
     try:
-        with cli._vault(ctx) as vault:
+        with _vault(ctx) as vault:
             fn = vault.pin if pinned else vault.unpin
             res = fn(ids, scope=scope, trigger="cli")
     except MnemoError as exc:
-        cli._fail(exc)
+        _fail(exc)
         return
     if as_json:
-        cli._emit_json(res.model_dump(mode="json"))
+        _emit_json(res.model_dump(mode="json"))
         return
     verb = "pinned" if pinned else "unpinned"
-    cli.out.print(f"{verb} {len(res.changed)} memories"
-                  + (f"; {len(res.not_found)} ids not found" if res.not_found else ""),
-                  highlight=False)
+    out.print(f"{verb} {len(res.changed)} memories"
+              + (f"; {len(res.not_found)} ids not found" if res.not_found else ""),
+              highlight=False)
     if not res.changed:
         raise typer.Exit(3)
 
@@ -156,63 +147,24 @@ def retention_run(
 ) -> None:
     """Run the retention job: archive low-scoring unpinned memories (and forget unused ones
     when MNEMOVAULT_RETENTION_DELETE_UNUSED_DAYS is set). Schedule it with cron."""
-    cli = _cli()
     try:
-        with cli._vault(ctx) as vault:
+        with _vault(ctx) as vault:
             results = (vault.run_retention_all(dry_run=dry_run) if all_tenants
                        else [vault.run_retention(dry_run=dry_run)])
     except MnemoError as exc:
-        cli._fail(exc)
+        _fail(exc)
         return
     if as_json:
-        cli._emit_json([r.model_dump(mode="json") for r in results])
+        _emit_json([r.model_dump(mode="json") for r in results])
         return
     for r in results:
         verb = "would archive" if r.dry_run else "archived"
-        cli.out.print(f"tenant {r.tenant}: {verb} {len(r.archived)} memories, "
-                      f"forgot {len(r.deleted)}", highlight=False)
-
-
-def chat(
-    ctx: typer.Context,
-    message: Annotated[str, typer.Argument(help="The message (in-band commands work too: "
-                                           "DO_NOT_STORE:, FORGET_PREVIEW:, FORGET:, …).")],
-    scope: Annotated[str, typer.Option(help="Scope to search and store in.")] = "default",
-    subject: Annotated[str | None, typer.Option(help="Who the conversation is about.")]
-        = None,
-    k: Annotated[int | None, typer.Option("-k", help="Records to retrieve (1-20).")] = None,
-    reveal: Annotated[bool, typer.Option(help="Show personal values (audited).")] = False,
-    store: Annotated[bool, typer.Option(help="Store the exchange as an episode.")] = True,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
-) -> None:
-    """Chat with memory: the answer streams to stdout."""
-    cli = _cli()
-    try:
-        with cli._vault(ctx) as vault:
-            stream = vault.chat_stream(message, scope=scope, subject=subject, k=k,
-                                       reveal=reveal, store=store)
-            if as_json:
-                cli._emit_json(stream.collect().model_dump(mode="json"))
-                return
-            done: dict[str, Any] = {}
-            for e in stream:
-                if e.event == "token":
-                    sys.stdout.write(e.data["text"])
-                    sys.stdout.flush()
-                elif e.event == "done":
-                    done = e.data
-            sys.stdout.write("\n")
-    except MnemoError as exc:
-        cli._fail(exc)
-        return
-    if done.get("stored"):
-        cli.err.print(f"[dim]stored as {done['stored']}[/]", highlight=False)
-    if done.get("status") in ("refused", "invalid"):
-        raise typer.Exit(5 if done["status"] == "refused" else 2)
+        out.print(f"tenant {r.tenant}: {verb} {len(r.archived)} memories, "
+                  f"forgot {len(r.deleted)}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``forget``, ``pin``, ``unpin``, ``retention run`` and ``chat`` to ``app``."""
+    """Add ``forget``, ``pin``, ``unpin`` and the ``retention`` group to ``app``."""
     app.command("forget")(forget)
     app.command("pin")(pin)
     app.command("unpin")(unpin)
@@ -220,4 +172,3 @@ def register(app: typer.Typer) -> None:
                                 no_args_is_help=True)
     retention_app.command("run")(retention_run)
     app.add_typer(retention_app, name="retention")
-    app.command("chat")(chat)

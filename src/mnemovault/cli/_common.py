@@ -1,0 +1,109 @@
+"""Shared machinery of the command line: the consoles, the per-invocation :class:`State`,
+opening the vault, error → exit code mapping, JSON output, and helpers used by several
+command groups (printing recall hits, importing a conversation file).
+
+Every command module imports from here (and from ``mnemovault`` below the CLI), never from
+another command module or from ``mnemovault.cli`` itself. Keep the top-level imports light:
+the vault, the embedder and the HTTP API are imported inside functions so that
+``mnemovault --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+from rich.text import Text
+
+from mnemovault.config import Settings
+from mnemovault.errors import MnemoError, Unavailable
+
+out = Console()
+err = Console(stderr=True)
+
+EXIT_CODES = {"validation": 2, "not_found": 3, "forbidden": 4, "unauthenticated": 4,
+              "conflict": 5, "refused": 5, "unavailable": 6, "config": 7}
+
+
+@dataclass
+class State:
+    settings: Settings
+
+
+def _state(ctx: typer.Context) -> State:
+    return ctx.ensure_object(State)
+
+
+@contextmanager
+def _vault(ctx: typer.Context) -> Iterator[Any]:
+    import psycopg
+
+    from mnemovault.vault import MemoryVault
+
+    settings = _state(ctx).settings
+    try:
+        with err.status("opening the database and loading the embedder…"):
+            vault = MemoryVault.open(settings)
+    except (psycopg.Error, OSError) as exc:
+        raise Unavailable(f"database: cannot open ({type(exc).__name__}); check DATABASE_URL "
+                          "or --data-dir") from None
+    try:
+        yield vault
+    finally:
+        vault.close()
+
+
+def _fail(exc: MnemoError) -> None:
+    err.print(f"[bold red]error[/] ({exc.code}): {exc.message}", highlight=False)
+    raise typer.Exit(EXIT_CODES.get(exc.code, 1))
+
+
+def _emit_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, default=str, ensure_ascii=False, indent=2) + "\n")
+
+
+def _print_hits(hits: list[Any]) -> None:
+    """Recall hits as a table (``recall`` and ``demo``)."""
+    table = Table(show_lines=False)
+    table.add_column("#", justify="right")
+    table.add_column("score", justify="right")
+    table.add_column("when")
+    table.add_column("memory", overflow="fold")
+    for i, h in enumerate(hits, 1):
+        table.add_row(str(i), f"{h.score:.3f}", h.memory.created_at.strftime("%Y-%m-%d"),
+                      Text(h.memory.content))  # Text: "[erased]" is not markup
+    out.print(table)
+
+
+def _import(vault: Any, path: Path, *, scope: str, fmt: str, batch_size: int,
+            quiet: bool) -> dict[str, Any]:
+    """Import a conversation file in batches, with a progress bar (``import`` and ``demo``)."""
+    from mnemovault.importers import read_file
+
+    plan = read_file(path, default_scope=scope, fmt=fmt)
+    items = plan.items
+    started = time.perf_counter()
+    scopes: set[str] = set()
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                  MofNCompleteColumn(), TimeRemainingColumn(), console=err,
+                  disable=quiet) as progress:
+        task = progress.add_task(f"importing {path.name}", total=len(items))
+        for i in range(0, len(items), batch_size):
+            batch = items[i : i + batch_size]
+            vault.remember_many(batch, trigger="import")
+            scopes.update(b.scope for b in batch)
+            progress.advance(task, len(batch))
+    elapsed = time.perf_counter() - started
+    return {"file": str(path), "format": plan.format, "imported": len(items),
+            "scopes": len(scopes), "seconds": round(elapsed, 2),
+            "per_second": round(len(items) / elapsed, 1) if elapsed else None}

@@ -1,0 +1,162 @@
+"""Top-level memory commands: ``remember``, ``recall``, ``list``, ``delete`` and ``import``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from mnemovault.cli._common import _emit_json, _fail, _import, _print_hits, _vault, err, out
+from mnemovault.errors import MnemoError, ValidationError
+
+
+def remember(
+    ctx: typer.Context,
+    text: Annotated[str, typer.Argument(help="What to remember.")],
+    scope: Annotated[str, typer.Option(help="Scope (namespace) inside the tenant.")] = "default",
+    subject: Annotated[str | None, typer.Option(help="Who the memory is about.")] = None,
+    key: Annotated[str | None, typer.Option(help="Upsert key: a new version supersedes.")] = None,
+    type: Annotated[str, typer.Option(help="episode, fact or procedure.")] = "episode",
+    entity: Annotated[list[str] | None, typer.Option(
+        help="A personal value to pseudonymise, as kind=value (repeatable).")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Remember one memory."""
+    entities = []
+    for e in entity or []:
+        kind, sep, value = e.partition("=")
+        if not sep:
+            _fail(ValidationError("entity: must be kind=value", field="entity"))
+        entities.append({"kind": kind, "value": value})
+    try:
+        with _vault(ctx) as vault:
+            r = vault.remember(text, scope=scope, subject=subject, key=key, type=type,
+                               provenance={"source": "cli"}, entities=entities)
+    except MnemoError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _emit_json(r.model_dump(mode="json"))
+    else:
+        extra = f", supersedes {r.superseded}" if r.superseded else ""
+        out.print(f"remembered [bold]{r.id}[/] (version {r.version}{extra})")
+        if r.placeholders:
+            out.print("new vault entries: " + " ".join(r.placeholders), highlight=False)
+
+
+def recall(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help="What to look for, in plain words.")],
+    scope: Annotated[str, typer.Option(help="Scope to search.")] = "default",
+    k: Annotated[int, typer.Option("-k", help="How many results (1-100).")] = 5,
+    subject: Annotated[str | None, typer.Option(help="Only this subject.")] = None,
+    reveal: Annotated[bool, typer.Option(help="Show personal values (audited).")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Recall the memories that best match a query."""
+    try:
+        with _vault(ctx) as vault:
+            hits = vault.recall(query, scope=scope, k=k, reveal=reveal,
+                                filters={"subject": subject} if subject else None)
+    except MnemoError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _emit_json([h.model_dump(mode="json") for h in hits])
+        return
+    _print_hits(hits)
+
+
+def list_cmd(
+    ctx: typer.Context,
+    scope: Annotated[str | None, typer.Option(help="Only this scope.")] = None,
+    limit: Annotated[int, typer.Option(help="Page size (1-100).")] = 20,
+    cursor: Annotated[str | None, typer.Option(help="Last id of the previous page.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List memories, oldest first, one page at a time."""
+    try:
+        with _vault(ctx) as vault:
+            page = vault.list(scope=scope, limit=limit, cursor=cursor)
+    except MnemoError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _emit_json(page.model_dump(mode="json"))
+        return
+    table = Table()
+    for col in ("id", "scope", "type", "content"):
+        table.add_column(col, overflow="fold")
+    for m in page.items:
+        table.add_row(str(m.id), Text(m.scope), m.type, Text(m.content[:120]))
+    out.print(table)
+    if page.next_cursor:
+        out.print(f"next page: --cursor {page.next_cursor}")
+
+
+def delete(
+    ctx: typer.Context,
+    ids: Annotated[list[str], typer.Argument(help="Memory ids to forget.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Forget memories by id (all their versions too), after a preview."""
+    try:
+        with _vault(ctx) as vault:
+            preview = vault.forget_preview(ids)
+            if not preview:
+                raise ValidationError("ids: none of these ids exists", field="ids")
+            if not yes:
+                for row in preview:
+                    err.print(f"  {row['id']} {row['type']} {row['status']}: {row['excerpt']}",
+                              highlight=False)
+                if not typer.confirm(f"forget these {len(preview)} memories?", err=True):
+                    raise typer.Exit(1)
+            res = vault.delete(ids, trigger="cli")
+    except MnemoError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _emit_json(res.model_dump(mode="json"))
+    else:
+        out.print(f"forgot {len(res.deleted)} memories (audit seq {res.audit_seq})")
+
+
+def import_cmd(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(help="LoCoMo JSON or JSON Lines file.",
+                                         exists=True, dir_okay=False)],
+    scope: Annotated[str, typer.Option(help="Scope for JSON Lines records without one.")]
+        = "default",
+    format: Annotated[str, typer.Option(help="auto, locomo or jsonl.")] = "auto",
+    batch_size: Annotated[int, typer.Option(help="Memories per transaction.")] = 128,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Import a conversation file: every turn becomes an episode."""
+    if not 1 <= batch_size <= 1000:
+        _fail(ValidationError("batch-size: must be in 1..1000", field="batch_size"))
+    try:
+        with _vault(ctx) as vault:
+            summary = _import(vault, path, scope=scope, fmt=format, batch_size=batch_size,
+                              quiet=as_json)
+    except MnemoError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _emit_json(summary)
+    else:
+        out.print(f"imported [bold]{summary['imported']}[/] memories into "
+                  f"{summary['scopes']} scope(s) in {summary['seconds']} s "
+                  f"({summary['per_second']}/s)")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``remember``, ``recall``, ``list``, ``delete`` and ``import`` to ``app``."""
+    app.command()(remember)
+    app.command()(recall)
+    app.command("list")(list_cmd)
+    app.command()(delete)
+    app.command("import")(import_cmd)
