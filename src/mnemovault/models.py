@@ -3,26 +3,40 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from mnemovault.validation import MAX_NAME_CHARS, check_text, check_time, text_rule
 
 MemoryType = Literal["episode", "fact", "procedure"]
 Status = Literal["active", "pending_review", "superseded"]
 
 MAX_CONTENT_CHARS = 100_000
-MAX_NAME_CHARS = 200
+MAX_TAG_CHARS = 64
+MAX_TAGS = 32
 
 
 def _check_text(value: str, *, max_len: int, allow_newlines: bool) -> str:
-    if "\x00" in value:
-        raise ValueError("must not contain NUL characters")
-    if not allow_newlines and any(ord(c) < 32 for c in value):
-        raise ValueError("must not contain control characters")
-    if len(value) > max_len:
-        raise ValueError(f"must be at most {max_len} characters")
+    return check_text(value, max_len=max_len, allow_newlines=allow_newlines)
+
+
+def _name(value: str | None, max_len: int = MAX_NAME_CHARS) -> str | None:
+    if value is None:
+        return value
+    value = _check_text(value, max_len=max_len, allow_newlines=False)
+    if not value.strip():
+        raise ValueError("must not be blank")
     return value
+
+
+def _check_tags(tags: list[str]) -> list[str]:
+    for t in tags:
+        if not isinstance(t, str) or not t or len(t) > MAX_TAG_CHARS:
+            raise ValueError(f"each tag must be 1-{MAX_TAG_CHARS} characters")
+        _check_text(t, max_len=MAX_TAG_CHARS, allow_newlines=False)
+    return tags
 
 
 class Provenance(BaseModel):
@@ -35,15 +49,17 @@ class Provenance(BaseModel):
     agent: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     run_id: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     source_id: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
-    tags: list[str] = Field(default_factory=list, max_length=32)
+    tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
+
+    @field_validator("source", "agent", "run_id", "source_id")
+    @classmethod
+    def _fields(cls, v: str | None) -> str | None:
+        return _name(v)
 
     @field_validator("tags")
     @classmethod
     def _tags(cls, tags: list[str]) -> list[str]:
-        for t in tags:
-            if not t or len(t) > 64:
-                raise ValueError("each tag must be 1-64 characters")
-        return tags
+        return _check_tags(tags)
 
     def model_post_init(self, __context: Any) -> None:
         extra = self.model_extra or {}
@@ -52,8 +68,16 @@ class Provenance(BaseModel):
         for k, v in extra.items():
             if not isinstance(v, str | int | float | bool | type(None)):
                 raise ValueError(f"{k}: extra values must be strings, numbers, booleans or null")
-            if isinstance(v, str) and len(v) > 1000:
-                raise ValueError(f"{k}: at most 1000 characters")
+            if not 1 <= len(k) <= 64 or text_rule(k, max_len=64, allow_newlines=False):
+                raise ValueError("extra keys must be 1-64 characters without control "
+                                 "characters")
+            if isinstance(v, str):
+                try:
+                    check_text(v, max_len=1000, allow_newlines=True)
+                except ValueError as exc:
+                    raise ValueError(f"{k}: {exc}") from None
+            if isinstance(v, float) and v != v:  # NaN cannot be stored or compared
+                raise ValueError(f"{k}: must not be NaN")
 
 
 class Entity(BaseModel):
@@ -102,19 +126,12 @@ class MemoryInput(BaseModel):
     @field_validator("scope", "subject", "key")
     @classmethod
     def _names(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        v = _check_text(v, max_len=MAX_NAME_CHARS, allow_newlines=False)
-        if not v.strip():
-            raise ValueError("must not be blank")
-        return v
+        return _name(v)
 
     @field_validator("created_at")
     @classmethod
-    def _tz(cls, v: datetime | None) -> datetime | None:
-        if v is not None and v.tzinfo is None:
-            return v.replace(tzinfo=UTC)
-        return v
+    def _time(cls, v: datetime | None) -> datetime | None:
+        return check_time(v)
 
 
 class Memory(BaseModel):
@@ -156,14 +173,33 @@ class Receipt(BaseModel):
 
 
 class RecallFilters(BaseModel):
+    """Recall filters: a subject, memory types, tags (any of them), a creation time range
+    ``[since, until)`` (bounded as every timestamp: :mod:`mnemovault.validation`), and
+    whether archived memories count."""
+
     model_config = ConfigDict(extra="forbid")
 
-    subject: str | None = None
-    types: list[MemoryType] | None = None
-    tags: list[str] | None = None
+    subject: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_CHARS)
+    types: list[MemoryType] | None = Field(default=None, max_length=3)
+    tags: list[str] | None = Field(default=None, max_length=MAX_TAGS)
     since: datetime | None = None
     until: datetime | None = None
     include_archived: bool = False
+
+    @field_validator("subject")
+    @classmethod
+    def _subject(cls, v: str | None) -> str | None:
+        return _name(v)
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else _check_tags(v)
+
+    @field_validator("since", "until")
+    @classmethod
+    def _time(cls, v: datetime | None) -> datetime | None:
+        return check_time(v)
 
 
 class Hit(BaseModel):
@@ -218,3 +254,5 @@ class RetentionResult(BaseModel):
     deleted: list[uuid.UUID]
     dry_run: bool
     audit_seq: int | None
+    error: dict[str, Any] | None = None
+    """Set when this tenant's run failed (``code``, ``message``): nothing was changed."""

@@ -13,14 +13,22 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import psycopg
-from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mnemovault import __version__
 from mnemovault.auth import Principal
-from mnemovault.errors import MnemoError, NotFound, Unauthenticated, Unavailable
+from mnemovault.errors import (
+    InternalError,
+    MnemoError,
+    NotFound,
+    Unauthenticated,
+    Unavailable,
+    ValidationError,
+)
 from mnemovault.models import ForgetResult, Hit, Memory, MemoryInput, Page, RecallFilters, Receipt
 from mnemovault.vault import MemoryVault
 
@@ -28,10 +36,14 @@ log = logging.getLogger(__name__)
 
 
 class BatchCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     items: list[MemoryInput] = Field(min_length=1, max_length=1000)
 
 
 class RecallRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     query: str = Field(min_length=1, max_length=10_000)
     scope: str = Field(min_length=1, max_length=200)
     k: int = Field(default=10, ge=1, le=100)
@@ -55,18 +67,57 @@ class DeleteResponse(ForgetResult):
     pass
 
 
-def _error(exc: MnemoError, request_id: str | None) -> JSONResponse:
+Name = Annotated[str | None, Query(min_length=1, max_length=200)]
+Placeholder = Annotated[str, Path(min_length=1, max_length=64)]
+
+
+def _error(exc: MnemoError, request_id: str | None, *, status: int | None = None,
+           headers: dict[str, str] | None = None) -> JSONResponse:
     body: dict[str, Any] = {"error": exc.to_dict()}
     if request_id:
         body["request_id"] = request_id
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    return JSONResponse(body, status_code=exc.status, headers=headers)
+    if exc.status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
+    return JSONResponse(body, status_code=status or exc.status, headers=headers)
+
+
+def _declared_query(dependant: Any) -> set[str]:
+    names = {p.alias for p in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _declared_query(sub)
+    return names
+
+
+def reject_unknown_query(request: Request) -> None:
+    """Unknown query parameters are refused, as unknown body fields are (a typo must not
+    be silently ignored)."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return
+    unknown = sorted(set(request.query_params) - _declared_query(dependant))
+    if unknown:
+        name = unknown[0] if len(unknown[0]) <= 64 else unknown[0][:64] + "…"
+        raise ValidationError(f"{name}: unknown query parameter", field=name)
+
+
+def _body_rule(e: dict[str, Any]) -> tuple[str, str]:
+    """(field, rule) of one request validation error; a JSON syntax error names the body
+    and the character offset, not the offset as a field."""
+    if e.get("type") == "json_invalid":
+        pos = e["loc"][1] if len(e["loc"]) > 1 else "?"
+        return "body", f"not valid JSON (at character {pos})"
+    loc = [str(p) for p in e["loc"]]
+    if loc and loc[0] in ("body", "query", "path", "header", "cookie"):
+        loc = loc[1:]  # where it came from, not part of the field's name
+    return ".".join(loc) or "body", str(e["msg"]).removeprefix("Value error, ")
 
 
 def create_app(vault: MemoryVault) -> FastAPI:
     """Build the app around an open vault (the caller owns its lifecycle)."""
     app = FastAPI(title="mnemovault", version=__version__,
-                  description="Governed long-term memory for AI agents.")
+                  description="Governed long-term memory for AI agents.",
+                  dependencies=[Depends(reject_unknown_query)])
 
     @app.middleware("http")
     async def request_id_mw(request: Request, call_next: Callable[[Request], Any]) -> Any:
@@ -74,7 +125,13 @@ def create_app(vault: MemoryVault) -> FastAPI:
         if len(rid) > 128:
             rid = str(uuid.uuid4())
         request.state.request_id = rid
-        response = await call_next(request)
+        try:
+            response = await call_next(request)
+        except Exception as exc:  # a defect: the envelope, never a bare 500 or a trace
+            log.error("unexpected %s on %s %s (request %s)", type(exc).__name__,
+                      request.method, request.url.path, rid)
+            response = _error(InternalError("internal: an unexpected error; nothing was "
+                                            "changed"), rid)
         response.headers["x-request-id"] = rid
         return response
 
@@ -92,17 +149,32 @@ def create_app(vault: MemoryVault) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = []
-        for e in exc.errors():
-            loc = [str(p) for p in e["loc"] if p not in ("body", "query", "path")]
-            errors.append({"field": ".".join(loc) or "body",
-                           "rule": str(e["msg"]).removeprefix("Value error, ")})
+        errors = [dict(zip(("field", "rule"), _body_rule(e), strict=True))
+                  for e in exc.errors()]
         first = errors[0] if errors else {"field": "body", "rule": "invalid"}
-        from mnemovault.errors import ValidationError
-
         err = ValidationError(f"{first['field']}: {first['rule']}", field=first["field"],
                               errors=errors)
         return _error(err, getattr(request.state, "request_id", None))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """Errors Starlette raises before a route runs, in the same envelope: an unknown
+        route (404), a method the route lacks (405), a body that is not UTF-8 JSON or is
+        nested too deeply (FastAPI's 400, reported as a validation error)."""
+        rid = getattr(request.state, "request_id", None)
+        if exc.status_code == 404:
+            return _error(NotFound("path: no such endpoint", field="path"), rid)
+        if exc.status_code == 405:
+            err = MnemoError("method: not allowed on this endpoint", field="method")
+            err.code = "method_not_allowed"
+            return _error(err, rid, status=405, headers=dict(exc.headers or {}))
+        if exc.status_code == 400:
+            return _error(ValidationError("body: could not be parsed (it must be UTF-8 "
+                                          "JSON, nested at most a few hundred levels)",
+                                          field="body"), rid)
+        err = MnemoError(f"http: {exc.status_code}")
+        err.code = f"http_{exc.status_code}"
+        return _error(err, rid, status=exc.status_code, headers=dict(exc.headers or {}))
 
     def principal(request: Request,
                   authorization: Annotated[str | None, Header()] = None) -> Principal:
@@ -132,8 +204,8 @@ def create_app(vault: MemoryVault) -> FastAPI:
     @app.get("/v1/memories", response_model=Page, tags=["memories"])
     def list_memories(
         who: Auth,
-        scope: str | None = None,
-        subject: str | None = None,
+        scope: Name = None,
+        subject: Name = None,
         limit: Annotated[int, Query(ge=1, le=100)] = 50,
         cursor: uuid.UUID | None = None,
         include_superseded: bool = False,
@@ -163,7 +235,8 @@ def create_app(vault: MemoryVault) -> FastAPI:
 
     @app.get("/v1/vault", tags=["vault"])
     def vault_list(who: Auth, limit: Annotated[int, Query(ge=1, le=100)] = 50,
-                   cursor: str | None = None) -> list[VaultEntry]:
+                   cursor: Annotated[str | None, Query(max_length=64)] = None
+                   ) -> list[VaultEntry]:
         """Vault entries, metadata only; ``cursor`` = last placeholder seen."""
         return [VaultEntry(**r) for r in
                 vault.vault_entries(limit=limit, cursor=cursor, principal=who)]
@@ -176,14 +249,14 @@ def create_app(vault: MemoryVault) -> FastAPI:
         return Response(body, media_type="application/x-ndjson")
 
     @app.get("/v1/vault/{placeholder}", tags=["vault"])
-    def vault_get(placeholder: str, who: Auth, request: Request,
+    def vault_get(placeholder: Placeholder, who: Auth, request: Request,
                   reveal: bool = False) -> VaultEntry:
         """One entry; the value only with ``reveal=true`` and ``pii:reveal`` (audited)."""
         return VaultEntry(**vault.vault_entry(placeholder, reveal=reveal, principal=who,
                                               request_id=rid(request)))
 
     @app.delete("/v1/vault/{placeholder}", tags=["vault"])
-    def vault_shred(placeholder: str, who: Auth, request: Request) -> dict[str, Any]:
+    def vault_shred(placeholder: Placeholder, who: Auth, request: Request) -> dict[str, Any]:
         """Crypto-shred one value (permission ``subject:erase``): renders ``[erased]``
         everywhere from now on."""
         done = vault.shred([placeholder], principal=who, request_id=rid(request))

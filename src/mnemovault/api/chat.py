@@ -22,7 +22,7 @@ from typing import Annotated, Any
 import psycopg
 from fastapi import APIRouter, Depends, FastAPI, Header, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from mnemovault.auth import Principal
 from mnemovault.chat.models import ChatRequest, ChatResult, ChatStream
@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 class ForgetPreviewRequest(BaseModel):
     """Give ``ids``, or a ``query`` (with ``scope``)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     ids: list[uuid.UUID] | None = Field(default=None, min_length=1, max_length=1000)
     query: str | None = Field(default=None, min_length=1, max_length=10_000)

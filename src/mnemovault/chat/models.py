@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from mnemovault.errors import MnemoError
-from mnemovault.validation import validation_error_from_pydantic
+from mnemovault.validation import check_text, validation_error_from_pydantic
 
 MAX_MESSAGE_CHARS = 10_000
 MAX_HISTORY = 50
@@ -24,8 +24,7 @@ command's argument was malformed (nothing changed)."""
 
 
 def _check_text(v: str) -> str:
-    if "\x00" in v:
-        raise ValueError("must not contain NUL characters")
+    check_text(v, max_len=MAX_MESSAGE_CHARS)
     if not v.strip():
         raise ValueError("must not be blank")
     return v

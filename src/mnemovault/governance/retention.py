@@ -61,7 +61,7 @@ def score(idle_days: float, access_count: int, pinned: bool, policy: Policy) -> 
     if pinned:
         return math.inf
     use = min(1.0, math.log1p(max(access_count, 0)) / math.log1p(policy.access_saturation))
-    decay = math.pow(2.0, -max(idle_days, 0.0) / policy.half_life_days)
+    decay = math.pow(2.0, max(-1000.0, -max(idle_days, 0.0) / policy.half_life_days))
     return decay * (policy.recency_weight + policy.access_weight * use)
 
 

@@ -16,9 +16,10 @@ from typing import Any
 
 import psycopg
 
+from mnemovault import validation as checked
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
-from mnemovault.errors import Conflict, Refused, ValidationError
+from mnemovault.errors import Conflict, InternalError, MnemoError, Refused, ValidationError
 from mnemovault.governance import forget as forget_mod
 from mnemovault.governance import retention
 from mnemovault.models import ForgetResult, PinResult, RetentionResult
@@ -49,8 +50,7 @@ def query_matches(rt: Runtime, who: Principal, query: str, scope: str,
     those whose cosine similarity is at least ``forget_min_similarity`` and within
     ``forget_similarity_margin`` of the best one; then every memory whose stored fields use
     a vault value the query names (by its original or its placeholder)."""
-    if not isinstance(query, str) or not query.strip():
-        raise ValidationError("query: must not be blank", field="query")
+    query = checked.query(query)
     s = rt.settings
     hits = recall(rt, who, query, scope=scope, k=k or s.forget_candidates,
                   filters={"include_archived": True}, touch=False)
@@ -83,9 +83,11 @@ def forget_preview(rt: Runtime, who: Principal, ids: Sequence[uuid.UUID | str] |
         ValidationError: neither ids nor a query, a malformed id, a query without scope.
     """
     who.require("memory:read")
+    scope = checked.optional_name(scope, "scope")
     scope = scope if scope is not None else who.scope
     who.check_scope(scope)
     if query is not None:
+        query = checked.query(query)
         if scope is None:
             raise ValidationError("scope: required with a query", field="scope")
         parsed = query_matches(rt, who, query, scope)
@@ -136,11 +138,12 @@ def forget(rt: Runtime, who: Principal, ids: Ids | None = None, *, query: str | 
             deleted and retrying is safe.
     """
     who.require("memory:forget")
+    scope = checked.optional_name(scope, "scope")
     scope = scope if scope is not None else who.scope
     who.check_scope(scope)
     parsed = _id_list(ids)
-    if query is not None and (not isinstance(query, str) or not query.strip()):
-        raise ValidationError("query: must not be blank", field="query")
+    if query is not None:
+        query = checked.query(query)
     if not parsed:
         if query is None:
             raise ValidationError("ids: at least one id is required", field="ids")
@@ -207,6 +210,7 @@ def set_pinned(rt: Runtime, who: Principal, ids: Ids, pinned: bool, *,
         ValidationError: no ids, or a malformed id.
     """
     who.require("memory:forget")
+    scope = checked.optional_name(scope, "scope")
     scope = scope if scope is not None else who.scope
     who.check_scope(scope)
     parsed = list(dict.fromkeys(_id_list(ids)))
@@ -263,12 +267,19 @@ def run_retention(rt: Runtime, who: Principal, *, dry_run: bool = False,
 def run_retention_all(rt: Runtime, *, dry_run: bool = False,
                       now: datetime | None = None) -> list[RetentionResult]:
     """The retention job for every live tenant (operator path: tenants are listed on the
-    owner's connection, each then runs under row-level security as itself)."""
+    owner's connection, each then runs under row-level security as itself). A tenant whose
+    run fails is logged by its id and reported with ``error`` set (its kind and message);
+    the others still run."""
     out = []
     for t in tenant_store.live(rt.db.url):
         try:
             out.append(run_retention(rt, Principal.local(t), dry_run=dry_run, now=now))
-        except Exception:  # one tenant's failure must not stop the others
-            log.exception("retention failed for a tenant")
+        except Exception as exc:  # one tenant's failure must not stop the others
+            err = exc if isinstance(exc, MnemoError) else InternalError(
+                f"internal: {type(exc).__name__}")
+            log.error("retention failed for tenant %s: %s (%s)", t, err.code,
+                      type(exc.__cause__ or exc).__name__)
+            out.append(RetentionResult(tenant=t, archived=[], deleted=[], dry_run=dry_run,
+                                       audit_seq=None, error=err.to_dict()))
     return out
 

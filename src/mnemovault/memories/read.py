@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 
+from mnemovault import validation as checked
 from mnemovault.auth import Principal
 from mnemovault.errors import NotFound, ValidationError
 from mnemovault.models import Memory, Page
@@ -49,9 +50,10 @@ def page(rt: Runtime, who: Principal, *, scope: str | None = None,
     who.require("memory:read")
     if not isinstance(limit, int) or not 1 <= limit <= 100:
         raise ValidationError("limit: must be an integer in 1..100", field="limit")
+    scope = checked.optional_name(scope, "scope")
     scope = scope if scope is not None else who.scope
     who.check_scope(scope)
-    subject = who.subject or subject
+    subject = who.subject or checked.optional_name(subject, "subject")
     after = parse_id(cursor, "cursor") if cursor is not None else None
     with rt.db.transaction(who.tenant) as conn:
         rows = store.page(conn, scope=pii.translate(rt, conn, who.tenant, scope),

@@ -20,6 +20,7 @@ from typing import Any
 
 import psycopg
 
+from mnemovault import validation as checked
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
 from mnemovault.errors import NotFound, ValidationError
@@ -30,6 +31,8 @@ from mnemovault.pii.vault import ERASED, PLACEHOLDER_RE
 from mnemovault.pii.vault import render as render_text
 from mnemovault.runtime import Runtime
 from mnemovault.store import pii as store
+
+MAX_PLACEHOLDER_CHARS = 64
 
 Conn = psycopg.Connection[Any]
 
@@ -129,8 +132,9 @@ def entries(rt: Runtime, who: Principal, *, limit: int = 50,
     who.require("memory:read")
     if not isinstance(limit, int) or not 1 <= limit <= 100:
         raise ValidationError("limit: must be an integer in 1..100", field="limit")
+    after = checked.optional_name(cursor, "cursor", max_len=MAX_PLACEHOLDER_CHARS) or ""
     with rt.db.transaction(who.tenant) as conn:
-        return store.entries(conn, after=cursor or "", limit=limit)
+        return store.entries(conn, after=after, limit=limit)
 
 
 def entry(rt: Runtime, who: Principal, placeholder: str, *, reveal: bool = False,
@@ -141,6 +145,7 @@ def entry(rt: Runtime, who: Principal, placeholder: str, *, reveal: bool = False
         NotFound: no such placeholder in this tenant.
     """
     who.require("memory:read")
+    placeholder = checked.name(placeholder, "placeholder", max_len=MAX_PLACEHOLDER_CHARS)
     if reveal:
         who.require("pii:reveal")
     with rt.db.transaction(who.tenant) as conn:
@@ -164,7 +169,7 @@ def shred(rt: Runtime, who: Principal, placeholders: Sequence[str], *,
     Returns the placeholders shredded (already-shredded or unknown ones are skipped).
     """
     who.require("subject:erase")
-    wanted = [p for p in placeholders if PLACEHOLDER_RE.fullmatch(p)]
+    wanted = [p for p in placeholders if isinstance(p, str) and PLACEHOLDER_RE.fullmatch(p)]
     if len(wanted) != len(placeholders) or not wanted:
         raise ValidationError("placeholders: each must look like {kind:p_<10 hex>}",
                               field="placeholders")

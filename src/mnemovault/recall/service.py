@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError as PydanticValidationError
 
+from mnemovault import validation as checked
 from mnemovault.auth import Principal
 from mnemovault.errors import ValidationError
 from mnemovault.models import Hit, Memory, RecallFilters
@@ -24,8 +25,6 @@ from mnemovault.runtime import Runtime
 from mnemovault.store import memories as memory_store
 from mnemovault.store.search import filter_sql, text_candidates, vector_candidates
 from mnemovault.validation import validation_error_from_pydantic
-
-MAX_QUERY_CHARS = 10_000
 
 
 def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
@@ -43,11 +42,9 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
         Forbidden: missing ``memory:read`` or a scope the key is not limited to.
     """
     who.require("memory:read")
+    scope = checked.name(scope, "scope")
     who.check_scope(scope)
-    if not isinstance(query, str) or not query.strip():
-        raise ValidationError("query: must not be blank", field="query")
-    if "\x00" in query or len(query) > MAX_QUERY_CHARS:
-        raise ValidationError("query: at most 10000 characters, no NUL", field="query")
+    query = checked.query(query)
     if not isinstance(k, int) or not 1 <= k <= 100:
         raise ValidationError("k: must be an integer in 1..100", field="k")
     if isinstance(filters, dict):

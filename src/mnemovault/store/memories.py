@@ -190,8 +190,13 @@ def delete(conn: Conn, ids: Sequence[uuid.UUID]) -> None:
 # not fetch every row to score it in Python). Parameters: now, half_life, w_r, w_a, sat.
 _IDLE_DAYS = ("(extract(epoch FROM (%(now)s::timestamptz - coalesce(last_accessed_at, "
               "created_at))) / 86400.0)")
-_SCORE_SQL = (f"power(2.0, -greatest({_IDLE_DAYS}, 0) / %(half_life)s) * (%(w_r)s + %(w_a)s * "
-              "least(1.0, ln(1 + greatest(access_count, 0)) / ln(1 + %(sat)s)))")
+# Total over every stored timestamp: the exponent is clamped at -1000 (2^-1000 ~ 1e-301, a
+# normal float8), so a memory idle for centuries scores ~0 instead of raising "value out of
+# range: underflow"; the arithmetic is float8 throughout.
+_SCORE_SQL = (f"power(2.0::float8, greatest(-1000.0::float8, -greatest({_IDLE_DAYS}, 0)::float8 "
+              "/ %(half_life)s::float8)) * (%(w_r)s::float8 + %(w_a)s::float8 * "
+              "least(1.0::float8, ln(1 + greatest(access_count, 0)::float8) "
+              "/ ln(1 + %(sat)s::float8)))")
 
 
 def retention_scores(conn: Conn, ids: Sequence[uuid.UUID],
