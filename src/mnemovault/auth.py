@@ -80,11 +80,30 @@ class Principal:
                 permission=permission,
             )
 
+    @property
+    def limited(self) -> bool:
+        """Whether this key is limited to one scope or one subject."""
+        return self.scope is not None or self.subject is not None
+
     def check_scope(self, scope: str | None) -> None:
+        """Raise :class:`Forbidden` if this key is limited to another scope."""
         if self.scope is not None and scope is not None and scope != self.scope:
             raise Forbidden(
                 "scope: this key is limited to one scope", permission="scope", field="scope"
             )
+
+    def check_subject(self, subject: str | None) -> None:
+        """Raise :class:`Forbidden` if this key is limited to another subject."""
+        if self.subject is not None and subject is not None and subject != self.subject:
+            raise Forbidden("subject: this key is limited to one subject",
+                            permission="subject", field="subject")
+
+    def require_unlimited(self, what: str) -> None:
+        """Raise :class:`Forbidden` for a scope- or subject-limited key: ``what`` reaches
+        the whole tenant."""
+        if self.limited:
+            raise Forbidden(f"{what}: needs a key that is not limited to a scope or subject",
+                            permission="unlimited")
 
 
 @dataclass(frozen=True)

@@ -155,9 +155,14 @@ class MemoryVault:
         keys.ensure_tenant(self.rt, tenant)
 
     def create_key(self, tenant: str, role: Role, *, name: str | None = None,
-                   principal: Principal | None = None) -> tuple[str, uuid.UUID]:
-        """Create an API key: (token, key id); see :func:`mnemovault.keys.create_key`."""
-        return keys.create_key(self.rt, tenant, role, name=name, principal=principal)
+                   principal: Principal | None = None, scope: str | None = None,
+                   subject: str | None = None,
+                   permissions: Sequence[str] | None = None) -> tuple[str, uuid.UUID]:
+        """Create an API key, optionally narrowed (fewer permissions, one scope, one
+        subject): (token, key id); see :func:`mnemovault.keys.create_key`."""
+        k = keys.create_key(self.rt, tenant, role, name=name, principal=principal,
+                            scope=scope, subject=subject, permissions=permissions)
+        return k.token, k.key_id
 
     def authenticate(self, token: str) -> Principal:
         """The principal of an API key token (raises ``Unauthenticated``)."""

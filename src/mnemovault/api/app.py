@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mnemovault import __version__
+from mnemovault.api.admin import NDJSON_RESPONSE
 from mnemovault.auth import Principal
 from mnemovault.errors import (
     InternalError,
@@ -65,6 +66,32 @@ class RecallResponse(BaseModel):
 
 class DeleteResponse(ForgetResult):
     pass
+
+
+class ErrorBody(BaseModel):
+    """One error: ``code`` (stable kind, :mod:`mnemovault.errors`), ``message`` (names the
+    field and the rule), ``field`` (when one field is at fault), ``details`` (for example
+    ``permission`` on a 403, ``errors`` listing every invalid field on a 422)."""
+
+    code: str
+    message: str
+    field: str | None = None
+    details: dict[str, Any] | None = None
+
+
+class ErrorEnvelope(BaseModel):
+    """Every error response: ``{"error": {...}, "request_id"?}``."""
+
+    error: ErrorBody
+    request_id: str | None = None
+
+
+# documented on every operation (and so FastAPI's own 422 shape, which this app never
+# sends, is not): each 4xx and 5xx answer is the envelope
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    "4XX": {"model": ErrorEnvelope, "description": "Client error, in the error envelope"},
+    "5XX": {"model": ErrorEnvelope, "description": "Server error, in the error envelope"},
+}
 
 
 Name = Annotated[str | None, Query(min_length=1, max_length=200)]
@@ -117,7 +144,7 @@ def create_app(vault: MemoryVault) -> FastAPI:
     """Build the app around an open vault (the caller owns its lifecycle)."""
     app = FastAPI(title="mnemovault", version=__version__,
                   description="Governed long-term memory for AI agents.",
-                  dependencies=[Depends(reject_unknown_query)])
+                  dependencies=[Depends(reject_unknown_query)], responses=ERROR_RESPONSES)
 
     @app.middleware("http")
     async def request_id_mw(request: Request, call_next: Callable[[Request], Any]) -> Any:
@@ -241,7 +268,8 @@ def create_app(vault: MemoryVault) -> FastAPI:
         return [VaultEntry(**r) for r in
                 vault.vault_entries(limit=limit, cursor=cursor, principal=who)]
 
-    @app.get("/v1/vault/export", tags=["vault"])
+    @app.get("/v1/vault/export", tags=["vault"], response_class=Response,
+             responses={200: NDJSON_RESPONSE})
     def vault_export(who: Auth, request: Request) -> Response:
         """Every live entry with its value, as JSON Lines (owner only)."""
         rows = vault.vault_export(principal=who, request_id=rid(request))
@@ -266,7 +294,9 @@ def create_app(vault: MemoryVault) -> FastAPI:
 
     from mnemovault.api.admin import audit_router
     from mnemovault.api.chat import build_router as chat_router
+    from mnemovault.api.keys import keys_router
 
     app.include_router(audit_router(vault, principal))
+    app.include_router(keys_router(vault, principal))
     app.include_router(chat_router(vault, principal))
     return app

@@ -20,19 +20,32 @@ def keys_create(
     tenant: Annotated[str, typer.Option(help="Tenant id (created if new).")],
     role: Annotated[str, typer.Option(help="owner, admin, member or service.")] = "member",
     name: Annotated[str | None, typer.Option(help="A label for the key.")] = None,
+    scope: Annotated[str | None, typer.Option(
+        help="Limit the key to this scope.")] = None,
+    subject: Annotated[str | None, typer.Option(
+        help="Limit the key to this subject.")] = None,
+    permission: Annotated[list[str] | None, typer.Option(
+        "--permission", help="Narrow the role's permissions to these (repeatable).")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Create an API key. The token is printed once and never stored."""
+    """Create an API key. The token is printed once and never stored. A key limited to a
+    scope or subject sees only what lies within it, and holds no tenant-wide permission."""
     try:
         with _vault(ctx) as vault:
-            token, key_id = vault.create_key(tenant, role, name=name)
+            token, key_id = vault.create_key(tenant, role, name=name, scope=scope,
+                                             subject=subject, permissions=permission)
+            made = vault.authenticate(token)
     except MnemoError as exc:
         _fail(exc)
         return
+    limits = {"scope": made.scope, "subject": made.subject}
     if as_json:
-        _emit_json({"tenant": tenant, "role": role, "key_id": str(key_id), "token": token})
+        _emit_json({"tenant": tenant, "role": role, "key_id": str(key_id), "token": token,
+                    "permissions": sorted(made.permissions), **limits})
     else:
-        out.print(f"key [bold]{key_id}[/] for tenant [bold]{tenant}[/], role {role}:")
+        where = "".join(f", {k} {v!r}" for k, v in limits.items() if v is not None)
+        out.print(f"key [bold]{key_id}[/] for tenant [bold]{tenant}[/], role {role}{where}:",
+                  highlight=False)
         out.print(token, highlight=False, soft_wrap=True)
         err.print("[dim]store it now: it cannot be shown again[/]")
 

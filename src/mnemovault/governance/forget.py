@@ -92,6 +92,7 @@ class _Run:
     ids: list[uuid.UUID]
     scope: str | None
     lock: bool
+    subject: str | None = None
     resolved: Resolved | None = None
     nodes: list[str] = field(default_factory=list)
     edges: list[tuple[str, str]] = field(default_factory=list)
@@ -101,12 +102,14 @@ class _Run:
 
 
 def resolve(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID], *,
-            scope: str | None = None, lock: bool = False) -> Resolved:
-    """The memories a forget of ``ids`` would delete (see the module docstring). With
+            scope: str | None = None, subject: str | None = None,
+            lock: bool = False) -> Resolved:
+    """The memories a forget of ``ids`` would delete (see the module docstring); ``scope``
+    and ``subject`` (as stored), when given, limit the named ids. With
     ``lock`` every one is locked ``FOR UPDATE``, repeating the walk until nothing new turns
     up (a derivation committed meanwhile is found)."""
     wanted = list(dict.fromkeys(ids))
-    found = memory_store.existing(conn, wanted, scope=scope, lock=lock)
+    found = memory_store.existing(conn, wanted, scope=scope, subject=subject, lock=lock)
     named = [i for i in wanted if i in found]
     res = Resolved(named=named, not_found=[i for i in wanted if i not in found])
     if not named:
@@ -146,12 +149,13 @@ def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
 
 
 def preview(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID], *,
-            scope: str | None = None) -> tuple[list[dict[str, Any]], list[uuid.UUID]]:
+            scope: str | None = None,
+            subject: str | None = None) -> tuple[list[dict[str, Any]], list[uuid.UUID]]:
     """What a forget of ``ids`` would delete, deleting nothing: rows of ``id``, ``scope``,
     ``type``, ``archived``, ``status``, ``created_at``, ``reason`` (named, version,
     derived) and ``content`` (as stored, at most 1000 characters: the caller renders and
     cuts it to an excerpt), ordered by id; and the ids not found (or not visible)."""
-    res = resolve(conn, ids, scope=scope)
+    res = resolve(conn, ids, scope=scope, subject=subject)
     if not res.named:
         return [], res.not_found
     rows = memory_store.preview_rows(conn, res.all)
@@ -169,13 +173,14 @@ def forget(
     trigger: str = "api",
     request_id: str | None = None,
     scope: str | None = None,
+    subject: str | None = None,
     pii: PiiVault | None = None,
     query_hash: str | None = None,
     query_placeholders: Sequence[str] = (),
     shred_values: Sequence[str] = (),
 ) -> ForgetOutcome:
     """Forget ``ids`` with everything that goes with them (module docstring), in ``conn``'s
-    transaction. ``scope``, when given, limits the named ids to that scope (ids elsewhere
+    transaction. ``scope`` (and ``subject``), when given, limit the named ids (ids elsewhere
     count as not found). ``pii`` enables vault shredding (None when pseudonymisation is
     off). ``query_hash`` and ``query_placeholders`` describe the forget query, if any, for
     the audit row; ``shred_values`` names placeholders to shred even if other records still
@@ -187,7 +192,7 @@ def forget(
         psycopg.errors.ForeignKeyViolation: a concurrent write derived from what is
             being forgotten (retrying is safe).
     """
-    run = _Run(tenant=tenant, ids=list(ids), scope=scope, lock=True)
+    run = _Run(tenant=tenant, ids=list(ids), scope=scope, lock=True, subject=subject)
     _step_resolve(conn, run)
     assert run.resolved is not None
     if not run.resolved.named:
@@ -209,7 +214,8 @@ def forget(
 
 # -- steps ------------------------------------------------------------------------------------
 def _step_resolve(conn: psycopg.Connection[Any], run: _Run) -> None:
-    run.resolved = resolve(conn, run.ids, scope=run.scope, lock=run.lock)
+    run.resolved = resolve(conn, run.ids, scope=run.scope, subject=run.subject,
+                           lock=run.lock)
 
 
 def _step_collect(conn: psycopg.Connection[Any], run: _Run) -> None:

@@ -64,7 +64,8 @@ def query_matches(rt: Runtime, who: Principal, query: str, scope: str,
         detected, typed = pii.query_placeholders(rt, conn, who.tenant, query)
         if detected or typed:
             out += memory_store.using_nodes(
-                conn, [*detected, *typed], pii.translate(rt, conn, who.tenant, scope) or scope)
+                conn, [*detected, *typed], pii.translate(rt, conn, who.tenant, scope) or scope,
+                pii.translate(rt, conn, who.tenant, who.subject))
     return list(dict.fromkeys(out))
 
 
@@ -99,7 +100,8 @@ def forget_preview(rt: Runtime, who: Principal, ids: Sequence[uuid.UUID | str] |
         return []
     with rt.db.transaction(who.tenant) as conn:
         sscope = pii.translate(rt, conn, who.tenant, scope) if scope is not None else None
-        rows, _ = forget_mod.preview(conn, parsed, scope=sscope)
+        rows, _ = forget_mod.preview(conn, parsed, scope=sscope,
+                                     subject=pii.translate(rt, conn, who.tenant, who.subject))
         erased = rt.pii.erased_placeholders(
             conn, {m.group(0) for r in rows for m in PLACEHOLDER_RE.finditer(r["content"])})
     rank = {mid: n for n, mid in enumerate(parsed)}
@@ -170,6 +172,7 @@ def forget(rt: Runtime, who: Principal, ids: Ids | None = None, *, query: str | 
             out = forget_mod.forget(
                 conn, tenant=who.tenant, ids=parsed, actor=who.actor, agent=who.agent,
                 trigger=trigger, request_id=request_id, scope=sscope,
+                subject=pii.translate(rt, conn, who.tenant, who.subject),
                 pii=rt.pii if rt.settings.pii_pseudonymize else None,
                 query_hash=qhash, query_placeholders=[*detected, *typed],
                 shred_values=detected if "subject:erase" in who.permissions else [])
@@ -218,7 +221,8 @@ def set_pinned(rt: Runtime, who: Principal, ids: Ids, pinned: bool, *,
         raise ValidationError("ids: at least one id is required", field="ids")
     with rt.db.transaction(who.tenant) as conn:
         sscope = pii.translate(rt, conn, who.tenant, scope) if scope is not None else None
-        changed = memory_store.set_pinned(conn, parsed, pinned, sscope)
+        changed = memory_store.set_pinned(conn, parsed, pinned, sscope,
+                                          pii.translate(rt, conn, who.tenant, who.subject))
         seq = None
         if changed:
             seq = audit.append(conn, tenant=who.tenant, operation="PIN" if pinned else "UNPIN",
@@ -239,6 +243,7 @@ def run_retention(rt: Runtime, who: Principal, *, dry_run: bool = False,
     audit row. ``dry_run`` lists what would be archived, changing nothing. Needs
     ``memory:forget``."""
     who.require("memory:forget")
+    who.require_unlimited("retention")
     policy = retention.Policy.from_settings(rt.settings)
     now = now or datetime.now(UTC)
     deleted: list[uuid.UUID] = []

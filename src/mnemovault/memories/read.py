@@ -31,7 +31,7 @@ def get(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, *, reveal: bool
         who.require("pii:reveal")
     with rt.db.transaction(who.tenant) as conn:
         row = store.by_id(conn, mid)
-        if row is None or (who.scope is not None and row["scope"] != who.scope):
+        if row is None or not pii.within_limits(rt, conn, who, row):
             raise NotFound("id: no memory with this id", field="id")
         return pii.render(rt, conn, who, [Memory.from_row(row)], reveal=reveal,
                           request_id=request_id)[0]

@@ -119,8 +119,11 @@ def remember_many(rt: Runtime, who: Principal,
     inputs = as_inputs(items)
     if not inputs:
         return []
-    for item in inputs:
+    for n, item in enumerate(inputs):
         who.check_scope(item.scope)
+        who.check_subject(item.subject)
+        if who.subject is not None and item.subject is None:
+            inputs[n] = item.model_copy(update={"subject": who.subject})
     guard(inputs, who)
     inputs = sanitise(inputs)
     try:

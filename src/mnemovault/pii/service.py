@@ -23,7 +23,7 @@ import psycopg
 from mnemovault import validation as checked
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
-from mnemovault.errors import NotFound, ValidationError
+from mnemovault.errors import Forbidden, NotFound, ValidationError
 from mnemovault.models import Memory
 from mnemovault.pii.crypto import Sealed, dek_aad, open_sealed, seal, secret_aad
 from mnemovault.pii.pseudonymise import Pseudonymiser
@@ -58,6 +58,22 @@ def redact(rt: Runtime, who: Principal, texts: Sequence[str]) -> list[str]:
         return list(texts)
     with rt.db.transaction(who.tenant) as conn:
         return [translate(rt, conn, who.tenant, t) or t for t in texts]
+
+
+def stored_limits(rt: Runtime, conn: Conn, who: Principal) -> tuple[str | None, str | None]:
+    """The principal's scope and subject limits as stored (pseudonymised), or None."""
+    return (translate(rt, conn, who.tenant, who.scope),
+            translate(rt, conn, who.tenant, who.subject))
+
+
+def within_limits(rt: Runtime, conn: Conn, who: Principal, row: dict[str, Any]) -> bool:
+    """Whether a stored memory row (``scope``, ``subject_id``) lies within the key's
+    limits (always, for an unlimited key)."""
+    if not who.limited:
+        return True
+    scope, subject = stored_limits(rt, conn, who)
+    return ((scope is None or row["scope"] == scope)
+            and (subject is None or row["subject_id"] == subject))
 
 
 def query_placeholders(rt: Runtime, conn: Conn, tenant: str,
@@ -125,16 +141,26 @@ def placeholder_outputs(rt: Runtime, who: Principal, placeholders: Iterable[str]
 
 
 # -- the vault's entries -------------------------------------------------------------------
+def _entry_within(rt: Runtime, conn: Conn, who: Principal, placeholder: str) -> bool:
+    if not who.limited:
+        return True
+    scope, subject = stored_limits(rt, conn, who)
+    return bool(store.used_within(conn, [placeholder], scope=scope, subject=subject))
+
+
 def entries(rt: Runtime, who: Principal, *, limit: int = 50,
             cursor: str | None = None) -> list[dict[str, Any]]:
     """Vault entries, metadata only (placeholder, kind, created, shredded), ordered by
-    placeholder; ``cursor`` = the last placeholder seen. Needs ``memory:read``."""
+    placeholder; ``cursor`` = the last placeholder seen. Needs ``memory:read``. A key
+    limited to a scope or subject sees the entries its memories use."""
     who.require("memory:read")
     if not isinstance(limit, int) or not 1 <= limit <= 100:
         raise ValidationError("limit: must be an integer in 1..100", field="limit")
     after = checked.optional_name(cursor, "cursor", max_len=MAX_PLACEHOLDER_CHARS) or ""
     with rt.db.transaction(who.tenant) as conn:
-        return store.entries(conn, after=after, limit=limit)
+        scope, subject = stored_limits(rt, conn, who)
+        return store.entries(conn, after=after, limit=limit, limited=who.limited,
+                             scope=scope, subject=subject)
 
 
 def entry(rt: Runtime, who: Principal, placeholder: str, *, reveal: bool = False,
@@ -150,7 +176,7 @@ def entry(rt: Runtime, who: Principal, placeholder: str, *, reveal: bool = False
         who.require("pii:reveal")
     with rt.db.transaction(who.tenant) as conn:
         row = store.entry(conn, placeholder)
-        if row is None:
+        if row is None or not _entry_within(rt, conn, who, placeholder):
             raise NotFound("placeholder: no such vault entry", field="placeholder")
         if reveal:
             row["value"] = rt.pii.reveal_values(conn, who.tenant, [placeholder])[placeholder]
@@ -174,6 +200,16 @@ def shred(rt: Runtime, who: Principal, placeholders: Sequence[str], *,
         raise ValidationError("placeholders: each must look like {kind:p_<10 hex>}",
                               field="placeholders")
     with rt.db.transaction(who.tenant) as conn:
+        if who.limited:
+            scope, subject = stored_limits(rt, conn, who)
+            inside = store.used_within(conn, wanted, scope=scope, subject=subject)
+            if inside != set(wanted):
+                raise NotFound("placeholders: no such vault entry within this key's limits",
+                               field="placeholders")
+            if store.used_outside(conn, wanted, scope=scope, subject=subject):
+                raise Forbidden("placeholders: a value is also used outside this key's "
+                                "limits; shredding it needs an unlimited key",
+                                permission="unlimited", field="placeholders")
         done = rt.pii.shred(conn, wanted)
         if done:
             audit.append(conn, tenant=who.tenant, operation="SHRED", actor=who.actor,

@@ -89,27 +89,32 @@ def page(conn: Conn, *, scope: str | None, subject: str | None, include_supersed
         f"ORDER BY id LIMIT %(limit)s", params).fetchall()
 
 
-def using_nodes(conn: Conn, nodes: Sequence[str], scope: str) -> list[uuid.UUID]:
-    """Ids of the memories of ``scope`` that support any of the graph ``nodes`` (e.g. use a
-    vault placeholder), in id order."""
+def using_nodes(conn: Conn, nodes: Sequence[str], scope: str,
+                subject: str | None = None) -> list[uuid.UUID]:
+    """Ids of the memories of ``scope`` (and ``subject`` when given) that support any of
+    the graph ``nodes`` (e.g. use a vault placeholder), in id order."""
     rows = conn.execute(
         "SELECT DISTINCT s.memory_id FROM graph_node_support s JOIN memories m "
         "ON m.tenant_id = s.tenant_id AND m.id = s.memory_id "
-        "WHERE s.node_id = ANY(%s) AND m.scope = %s ORDER BY s.memory_id",
-        (list(nodes), scope)).fetchall()
+        "WHERE s.node_id = ANY(%s) AND m.scope = %s "
+        "AND (%s::text IS NULL OR m.subject_id = %s) ORDER BY s.memory_id",
+        (list(nodes), scope, subject, subject)).fetchall()
     return [r["memory_id"] for r in rows]
 
 
 # -- pin -----------------------------------------------------------------------------------
 def set_pinned(conn: Conn, ids: Sequence[uuid.UUID], pinned: bool,
-               scope: str | None) -> list[uuid.UUID]:
-    """Pin (and un-archive) or unpin ``ids`` (limited to ``scope`` when given); the ids
-    changed, sorted."""
+               scope: str | None, subject: str | None = None) -> list[uuid.UUID]:
+    """Pin (and un-archive) or unpin ``ids`` (limited to ``scope`` and ``subject`` when
+    given); the ids changed, sorted."""
     params: dict[str, Any] = {"ids": list(ids), "pinned": pinned}
     clause = ""
     if scope is not None:
         clause = " AND scope = %(scope)s"
         params["scope"] = scope
+    if subject is not None:
+        clause += " AND subject_id = %(subject)s"
+        params["subject"] = subject
     rows = conn.execute(
         "UPDATE memories SET pinned = %(pinned)s, updated_at = now(), "
         "archived = CASE WHEN %(pinned)s THEN false ELSE archived END "
@@ -142,14 +147,17 @@ def _closure(conn: Conn, start: set[uuid.UUID], sql: str) -> set[uuid.UUID]:
 
 
 def existing(conn: Conn, ids: Sequence[uuid.UUID], *, scope: str | None,
-             lock: bool) -> set[uuid.UUID]:
-    """Which of ``ids`` exist (in ``scope`` when given), locked ``FOR UPDATE`` with
-    ``lock``."""
+             lock: bool, subject: str | None = None) -> set[uuid.UUID]:
+    """Which of ``ids`` exist (in ``scope`` and of ``subject`` when given), locked ``FOR
+    UPDATE`` with ``lock``."""
     params: dict[str, Any] = {"ids": list(ids)}
     scope_clause = ""
     if scope is not None:
         scope_clause = " AND scope = %(scope)s"
         params["scope"] = scope
+    if subject is not None:
+        scope_clause += " AND subject_id = %(subject)s"
+        params["subject"] = subject
     return {r["id"] for r in conn.execute(
         f"SELECT id FROM memories WHERE id = ANY(%(ids)s){scope_clause} ORDER BY id"
         + (" FOR UPDATE" if lock else ""), params).fetchall()}

@@ -111,12 +111,64 @@ def shred(conn: Conn, placeholders: Sequence[str]) -> list[str]:
 
 
 # -- entries (metadata) --------------------------------------------------------------------
-def entries(conn: Conn, *, after: str, limit: int) -> list[dict[str, Any]]:
+_USED_BY = ("EXISTS (SELECT 1 FROM graph_node_support s JOIN memories m "
+            "ON m.tenant_id = s.tenant_id AND m.id = s.memory_id "
+            "WHERE s.node_id = v.placeholder{where})")
+
+
+def _limits(scope: str | None, subject: str | None) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    if scope is not None:
+        clauses.append("m.scope = %s")
+        params.append(scope)
+    if subject is not None:
+        clauses.append("m.subject_id = %s")
+        params.append(subject)
+    return "".join(f" AND {c}" for c in clauses), params
+
+
+def entries(conn: Conn, *, after: str, limit: int, limited: bool = False,
+            scope: str | None = None, subject: str | None = None) -> list[dict[str, Any]]:
     """``placeholder``, ``kind``, ``created_at``, ``shredded_at`` of up to ``limit`` entries
-    after ``after``, by placeholder."""
+    after ``after``, by placeholder; with ``limited``, only those a memory of ``scope``
+    and/or ``subject`` (as stored) uses."""
+    where, params = "", list[Any]()
+    if limited:
+        inner, params = _limits(scope, subject)
+        where = " AND " + _USED_BY.format(where=inner)
     return conn.execute(
-        "SELECT placeholder, kind, created_at, shredded_at FROM pii_values "
-        "WHERE placeholder > %s ORDER BY placeholder LIMIT %s", (after, limit)).fetchall()
+        "SELECT placeholder, kind, created_at, shredded_at FROM pii_values v "
+        f"WHERE placeholder > %s{where} ORDER BY placeholder LIMIT %s",
+        (after, *params, limit)).fetchall()
+
+
+def used_within(conn: Conn, placeholders: Sequence[str], *, scope: str | None,
+                subject: str | None) -> set[str]:
+    """Those of ``placeholders`` a memory of ``scope`` and/or ``subject`` uses."""
+    inner, params = _limits(scope, subject)
+    rows = conn.execute(
+        "SELECT placeholder FROM pii_values v WHERE placeholder = ANY(%s) AND "
+        + _USED_BY.format(where=inner), (list(placeholders), *params)).fetchall()
+    return {r["placeholder"] for r in rows}
+
+
+def used_outside(conn: Conn, placeholders: Sequence[str], *, scope: str | None,
+                 subject: str | None) -> set[str]:
+    """Those of ``placeholders`` a memory outside ``scope`` / ``subject`` also uses."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if scope is not None:
+        clauses.append("m.scope IS DISTINCT FROM %s")
+        params.append(scope)
+    if subject is not None:
+        clauses.append("m.subject_id IS DISTINCT FROM %s")
+        params.append(subject)
+    inner = f" AND ({' OR '.join(clauses)})" if clauses else " AND false"
+    rows = conn.execute(
+        "SELECT placeholder FROM pii_values v WHERE placeholder = ANY(%s) AND "
+        + _USED_BY.format(where=inner), (list(placeholders), *params)).fetchall()
+    return {r["placeholder"] for r in rows}
 
 
 def entry(conn: Conn, placeholder: str) -> dict[str, Any] | None:

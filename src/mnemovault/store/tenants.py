@@ -28,12 +28,15 @@ def live(url: str) -> list[str]:
 
 
 def insert_key(conn: Conn, *, tenant: str, key_id: uuid.UUID, key_hash: bytes, role: str,
-               name: str | None) -> None:
-    """Store a new API key (its secret's hash only)."""
+               name: str | None, permissions: list[str] | None = None,
+               scope: str | None = None, subject: str | None = None) -> None:
+    """Store a new API key (its secret's hash only), optionally narrowed to
+    ``permissions`` (None: the role's), one ``scope`` and one ``subject`` (as stored:
+    pseudonymised)."""
     conn.execute(
-        "INSERT INTO api_keys (tenant_id, key_id, key_hash, role, name) "
-        "VALUES (%s, %s, %s, %s, %s)",
-        (tenant, key_id, key_hash, role, name))
+        "INSERT INTO api_keys (tenant_id, key_id, key_hash, role, name, permissions, scope, "
+        "subject_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        (tenant, key_id, key_hash, role, name, permissions, scope, subject))
 
 
 def key(conn: Conn, tenant: str, key_id: uuid.UUID) -> dict[str, Any] | None:
