@@ -632,7 +632,8 @@ def test_cli(
     assert "OK 40 rows" in capsys.readouterr().out
     assert main([str(path), "--checkpoint", str(cp_path), "--public-key", str(pk_path)]) == 0
     assert "signature verified" in capsys.readouterr().out
-    assert main([str(path), "--checkpoint", str(cp_path)]) == 0
+    # no key: trusted as given only when asked to (the default now fails, exit 2)
+    assert main([str(path), "--checkpoint", str(cp_path), "--allow-unsigned"]) == 0
     assert "not verified" in capsys.readouterr().err
 
     lines[22] = lines[22].replace(b"req-22", b"req-99")
@@ -657,3 +658,221 @@ def test_python_dash_m(tmp_path: Path, log: tuple[list[bytes], list[Any]]) -> No
     )
     assert proc.returncode == 1
     assert "line 4:" in proc.stdout
+
+
+# --------------------------------------------------------------------------- checkpoint trust
+# (issue 9, fault 7) Tampered inputs in the manner of sigstore-python's verifier tests: a
+# forger who rewrites the log can also write a checkpoint that matches it, signed with a
+# key of their own; only the log's own public key tells them apart.
+
+
+def forged_log_and_checkpoint(
+    lines: list[bytes], size: int = 30
+) -> tuple[list[bytes], str, Ed25519PrivateKey]:
+    """A log rewritten from row 13 on, and a checkpoint over it signed by ANOTHER key
+    under the log's own origin (key name), as a forger would make it."""
+    forged = list(lines)
+    forged[12] = edit(forged[12], operation="erase")
+    forged = rechain(forged, start=12)
+    forger = Ed25519PrivateKey.generate()
+    return forged, checkpoint_for(forged, size, forger), forger
+
+
+def test_rewritten_log_with_another_keys_checkpoint_fails_without_a_key(
+    tmp_path: Path, log: tuple[list[bytes], list[Any]], key: Ed25519PrivateKey
+) -> None:
+    forged, cp, forger = forged_log_and_checkpoint(log[0])
+    path = write(tmp_path, forged)
+    # no key: the checkpoint can't be checked, so it fails (and the log is not read)
+    result = verify_file(path, cp)
+    assert not result.ok and not result.log_checked
+    assert "no public key" in (result.error or "")
+    assert "not checked" in result.summary()
+    # the log's own key: the forger's signature is not the log's
+    result = verify_file(path, cp, key.public_key())
+    assert not result.ok and "no signature from key" in (result.error or "")
+    # explicit trust: passes, and says loudly that nothing vouches for the checkpoint
+    trusted = verify_file(path, cp, allow_unsigned=True)
+    assert trusted.ok and not trusted.checkpoint_signature_verified
+    assert any("not verified" in w for w in trusted.warnings)
+    assert "signature NOT verified" in trusted.summary()
+    # with a key, allow_unsigned changes nothing: a signature is checked when it can be
+    assert not verify_file(path, cp, key.public_key(), allow_unsigned=True).ok
+    # a parsed but unverified Checkpoint object counts as unsigned too
+    assert not verify_file(path, parse_checkpoint_unverified(cp)).ok
+    assert verify_file(path, open_checkpoint(cp, forger.public_key())).ok
+
+
+def _flip_signature(note: str) -> str:
+    body, sig = note.split("\n\n")
+    name, blob = sig.rstrip("\n").split(" ")[1:]
+    raw = bytearray(base64.b64decode(blob))
+    raw[10] ^= 0x01  # inside the Ed25519 signature, after the 4-byte key id
+    return f"{body}\n\n\u2014 {name} {base64.b64encode(bytes(raw)).decode()}\n"
+
+
+def test_a_bad_signature_always_fails(
+    tmp_path: Path,
+    log: tuple[list[bytes], list[Any]],
+    key: Ed25519PrivateKey,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    lines = list(log[0])
+    path = write(tmp_path, lines)
+    bad = _flip_signature(checkpoint_for(lines, 40, key))
+    for allow_unsigned in (False, True):
+        result = verify_file(path, bad, key.public_key(), allow_unsigned=allow_unsigned)
+        assert not result.ok and "does not verify" in (result.error or ""), result.error
+    cp_path = tmp_path / "bad-cp.txt"
+    cp_path.write_text(bad)
+    pk_path = tmp_path / "pk.vkey"
+    write_public_key(pk_path, key, name=ORIGIN)
+    args = [str(path), "--checkpoint", str(cp_path), "--public-key", str(pk_path)]
+    assert main([*args, "--allow-unsigned"]) == 1
+    assert "does not verify" in capsys.readouterr().out
+
+
+def test_rows_beyond_the_checkpoint_are_reported(
+    tmp_path: Path, log: tuple[list[bytes], list[Any]], key: Ed25519PrivateKey
+) -> None:
+    lines = list(log[0])
+    path = write(tmp_path, lines)
+    pub = key.public_key()
+    result = verify_file(path, checkpoint_for(lines, 30, key), pub)
+    assert result.ok and result.rows == 40 and result.uncovered_rows == 10
+    want = "10 rows after the checkpoint's size 30 are not covered by it"
+    assert any(want in w for w in result.warnings), result.warnings
+    assert "10 later rows not covered" in result.summary()
+    d = result.to_dict()
+    assert d["uncovered_rows"] == 10 and any(want in w for w in d["warnings"])
+    strict = verify_file(path, checkpoint_for(lines, 30, key), pub, strict=True)
+    assert not strict.ok and want in (strict.error or "") and strict.error_line is None
+    one = verify_file(path, checkpoint_for(lines, 39, key), pub)
+    assert one.uncovered_rows == 1
+    assert any("1 row after the checkpoint's size 39 is not covered" in w for w in one.warnings)
+    full = verify_file(path, checkpoint_for(lines, 40, key), pub, strict=True)
+    assert full.ok and full.uncovered_rows == 0 and full.warnings == []
+
+
+def test_verify_rows_against_a_checkpoint(
+    log: tuple[list[bytes], list[tuple[int, bytes, bytes, bytes]]], key: Ed25519PrivateKey
+) -> None:
+    lines, stored = log
+    pub = key.public_key()
+    cp = checkpoint_for(lines, 30, key)
+    result = verify_rows(stored, tenant_id="acme", checkpoint=cp, public_key=pub)
+    assert result.ok and result.uncovered_rows == 10 and result.checkpoint_signature_verified
+    assert not verify_rows(stored, checkpoint=cp, public_key=pub, strict=True).ok
+    short = verify_rows(stored[:20], checkpoint=cp, public_key=pub)
+    assert not short.ok and "truncated" in (short.error or "")
+    forged, forged_cp, _ = forged_log_and_checkpoint(lines)
+    rewritten = verify_rows(stored, checkpoint=checkpoint_for(forged, 30, key), public_key=pub)
+    assert not rewritten.ok and "rewritten" in (rewritten.error or "")
+    assert not verify_rows(stored, checkpoint=forged_cp, public_key=pub).ok
+    assert not verify_rows(stored, checkpoint=cp).ok  # no key, not allowed
+    assert verify_rows(stored, checkpoint=cp, allow_unsigned=True).ok
+
+
+def test_standalone_checkpoint_needs_a_key_or_allow_unsigned(
+    tmp_path: Path,
+    log: tuple[list[bytes], list[Any]],
+    key: Ed25519PrivateKey,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    forged, cp, _ = forged_log_and_checkpoint(log[0])
+    path = write(tmp_path, forged)
+    cp_path = tmp_path / "cp.txt"
+    cp_path.write_text(cp)
+    assert main([str(path), "--checkpoint", str(cp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--public-key" in err and "--allow-unsigned" in err and "no data dir" in err
+    assert main([str(path), "--checkpoint", str(cp_path), "--allow-unsigned"]) == 0
+    captured = capsys.readouterr()
+    assert "warning: checkpoint signature not verified" in captured.err
+    assert "signature NOT verified" in captured.out
+    pk_path = tmp_path / "pk.vkey"
+    write_public_key(pk_path, key, name=ORIGIN)
+    assert main([str(path), "--checkpoint", str(cp_path), "--public-key", str(pk_path)]) == 1
+    assert "no signature from key" in capsys.readouterr().out
+    # --strict and rows after the checkpoint; --json carries the count and the warning
+    honest = write(tmp_path, list(log[0]), "honest.jsonl")
+    cp_path.write_text(checkpoint_for(list(log[0]), 30, key))
+    args = [str(honest), "--checkpoint", str(cp_path), "--public-key", str(pk_path)]
+    assert main(args) == 0
+    assert "10 rows after the checkpoint's size 30 are not covered" in capsys.readouterr().err
+    assert main([*args, "--json"]) == 0
+    d = orjson.loads(capsys.readouterr().out)
+    assert d["uncovered_rows"] == 10 and d["checkpoint"]["signature_verified"] is True
+    assert any("not covered" in w for w in d["warnings"])
+    assert main([*args, "--strict"]) == 1
+    assert "not covered" in capsys.readouterr().out
+    assert main([str(honest), "--strict"]) == 2
+    assert "--strict needs --checkpoint" in capsys.readouterr().err
+
+
+def test_missing_files_are_named_not_misread_as_key_text(
+    tmp_path: Path,
+    log: tuple[list[bytes], list[Any]],
+    key: Ed25519PrivateKey,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    lines = list(log[0])
+    path = write(tmp_path, lines)
+    cp_path = tmp_path / "cp.txt"
+    cp_path.write_text(checkpoint_for(lines, 40, key))
+    nope = tmp_path / "nope.pub"
+    assert main([str(path), "--checkpoint", str(cp_path), "--public-key", str(nope)]) == 2
+    err = capsys.readouterr().err
+    assert f"--public-key: {nope} does not exist" in err and "base64" not in err
+    assert main([str(path), "--checkpoint", str(cp_path), "--public-key", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert main([str(path), "--checkpoint", str(tmp_path / "cp-nope.txt"), "--allow-unsigned"]) == 2
+    assert "--checkpoint:" in capsys.readouterr().err
+    assert main([str(tmp_path / "nope.jsonl")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    # vkey text with a wrong id is reported as a key problem, not as a missing file
+    bad_vkey = vkey(ORIGIN, key).replace(vkey(ORIGIN, key).split("+")[1], "00000000")
+    assert main([str(path), "--checkpoint", str(cp_path), "--public-key", bad_vkey]) == 2
+    assert "key id does not match" in capsys.readouterr().err
+    # the library: a Path that does not exist is a missing file, a str says both
+    with pytest.raises(FileNotFoundError):
+        load_public_key(nope)
+    with pytest.raises(CheckpointError, match="no file named"):
+        load_public_key(str(nope))
+    if os.name == "posix" and os.geteuid() != 0:  # root reads any file
+        locked = tmp_path / "locked.pub"
+        write_public_key(locked, key)
+        locked.chmod(0)
+        assert main([str(path), "--checkpoint", str(cp_path), "--public-key", str(locked)]) == 2
+        assert "cannot read" in capsys.readouterr().err
+
+
+def test_empty_log_is_nothing_to_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, [])
+    result = verify_file(path)
+    assert result.ok and result.empty and result.rows == 0
+    assert "NO ROWS" in result.summary() and "OK" not in result.summary()
+    assert main([str(path)]) == 3
+    captured = capsys.readouterr()
+    assert "NO ROWS" in captured.err and "OK" not in captured.out
+    assert main([str(path), "--json"]) == 3
+    assert orjson.loads(capsys.readouterr().out)["empty"] is True
+
+
+def test_signing_public_key_from_the_key_file_or_its_pub(tmp_path: Path) -> None:
+    from mnemovault.audit.checkpoint import signing_public_key
+
+    path = tmp_path / "audit_signing.key"
+    assert signing_public_key(path) is None
+    key = generate_signing_key(path)
+    found = signing_public_key(path)
+    assert found is not None and found[1] == path
+    assert vkey("n", found[0]) == vkey("n", key)
+    write_public_key(tmp_path / "audit_signing.key.pub", key, name=ORIGIN)
+    path.unlink()
+    found = signing_public_key(path)
+    assert found is not None and found[1].name == "audit_signing.key.pub"
+    assert vkey("n", found[0]) == vkey("n", key)
+    (tmp_path / "audit_signing.key.pub").write_text("garbage\n")
+    with pytest.raises(CheckpointError):
+        signing_public_key(path)

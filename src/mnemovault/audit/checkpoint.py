@@ -56,6 +56,7 @@ __all__ = [
     "public_key_bytes",
     "sign_checkpoint",
     "sign_note",
+    "signing_public_key",
     "vkey",
     "write_public_key",
 ]
@@ -415,16 +416,38 @@ def load_public_key(source: str | os.PathLike[str]) -> Ed25519PublicKey:
     ``<name>+<hex id>+<base64(0x01 || key)>`` (its key id is checked), or 32 raw bytes in
     base64 -- either given directly as text or stored in the file at ``source``.
 
+    A :class:`os.PathLike` source is always a file; a ``str`` is a file if one exists by
+    that name, else key text.
+
     Raises:
-        CheckpointError: nothing usable, or a verifier key whose id does not match.
+        CheckpointError: nothing usable, or a verifier key whose id does not match (for a
+            ``str`` naming no file, the message says so too).
+        OSError: a key file that does not exist (``PathLike`` source) or can't be read.
     """
-    text = os.fspath(source)
+    if isinstance(source, os.PathLike):
+        return _parse_public_key(_read_key_text(Path(source)))
     try:
-        p = Path(source)
-        if p.is_file():
-            text = p.read_text("utf-8")
-    except (OSError, ValueError):  # not a usable path: treat it as key text
-        pass
+        is_file = Path(source).is_file()
+    except (OSError, ValueError):  # too long a name, a NUL...: not a path, key text
+        is_file = False
+    if is_file:
+        return _parse_public_key(_read_key_text(Path(source)))
+    try:
+        return _parse_public_key(source)
+    except CheckpointError as exc:
+        if "\n" in source.strip():
+            raise
+        raise CheckpointError(f"{exc}; and no file named {source!r} exists") from None
+
+
+def _read_key_text(path: Path) -> str:
+    try:
+        return path.read_text("utf-8")
+    except UnicodeDecodeError:
+        raise CheckpointError(f"{path} is not a text key file (PEM or vkey)") from None
+
+
+def _parse_public_key(text: str) -> Ed25519PublicKey:
     stripped = text.strip()
     if stripped.startswith("-----BEGIN"):
         try:
@@ -447,6 +470,37 @@ def load_public_key(source: str | os.PathLike[str]) -> Ed25519PublicKey:
     if len(raw) != 32:
         raise CheckpointError("raw Ed25519 public key must be 32 bytes")
     return Ed25519PublicKey.from_public_bytes(raw)
+
+
+def signing_public_key(
+    key_path: str | os.PathLike[str],
+) -> tuple[Ed25519PublicKey, Path] | None:
+    """The public half of the signing key kept at ``key_path``, and the file it came from.
+
+    Derived from the private key itself when that file exists (it is what signs; the mode
+    check is the signer's own, see :func:`load_private_key`); read from
+    ``<key_path>.pub`` (written next to a generated key) when the private key is absent
+    or this user may not read it.
+
+    Returns:
+        ``(public key, file)``, or None when neither file exists.
+
+    Raises:
+        CheckpointError: a key file that exists holds no usable Ed25519 key (or the
+            private key's mode is too open).
+        OSError: a key file exists but can't be read (and no readable ``.pub`` either).
+    """
+    private = Path(key_path)
+    public = private.with_name(private.name + ".pub")
+    if private.exists():
+        try:
+            return load_private_key(private).public_key(), private
+        except PermissionError:
+            if not public.exists():
+                raise
+    if public.exists():
+        return load_public_key(public), public
+    return None
 
 
 def write_public_key(

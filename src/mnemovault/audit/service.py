@@ -1,14 +1,21 @@
 """Audit operations for interfaces: export, checkpoints, proofs, verification from the
 database. Each call runs under the caller's tenant (row-level security) and needs
-``audit:read``."""
+``audit:read``. Also where the deployment's checkpoint signing key lives
+(:func:`signing_key_path`) and its public half (:func:`deployment_public_key`), which the
+verifiers use by default."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from mnemovault.audit import log
 from mnemovault.audit.chain import export_line
+from mnemovault.audit.checkpoint import Checkpoint, CheckpointError, signing_public_key
 from mnemovault.audit.merkle import (
     consistency_proof,
     consistency_proof_node_ids,
@@ -17,11 +24,36 @@ from mnemovault.audit.merkle import (
 )
 from mnemovault.audit.verify import VerifyResult, verify_rows
 from mnemovault.auth import Principal
-from mnemovault.errors import NotFound, ValidationError
+from mnemovault.config import Settings
+from mnemovault.errors import ConfigError, NotFound, ValidationError
 from mnemovault.store import audit as store
 from mnemovault.store.db import Database
 
 EXPORT_BATCH = 5000
+
+
+def signing_key_path(settings: Settings) -> Path:
+    """The checkpoint signing key file: ``MNEMOVAULT_AUDIT_SIGNING_KEY``, else
+    ``<data dir>/audit_signing.key`` (its public half is ``<that>.pub``)."""
+    return settings.audit_signing_key or Path(settings.data_dir).expanduser() / "audit_signing.key"
+
+
+def deployment_public_key(settings: Settings) -> tuple[Ed25519PublicKey, Path] | None:
+    """The deployment's own checkpoint public key and the file it was read from: derived
+    from the signing key (:func:`signing_key_path`), else read from its ``.pub``; None
+    when neither file exists (nothing has been signed here yet).
+
+    Raises:
+        ConfigError: a key file exists but can't be read or holds no usable key.
+    """
+    path = signing_key_path(settings)
+    try:
+        return signing_public_key(path)
+    except CheckpointError as exc:
+        raise ConfigError(f"audit signing key: {exc}", field="audit_signing_key") from None
+    except OSError as exc:
+        raise ConfigError(f"audit signing key: cannot read {exc.filename or path}: "
+                          f"{exc.strerror or exc}", field="audit_signing_key") from None
 
 
 class AuditService:
@@ -96,8 +128,14 @@ class AuditService:
         proof = consistency_proof(first, second, lambda level, i: nodes[(level, i)])
         return {"first": first, "second": second, "proof": [h.hex() for h in proof]}
 
-    def verify(self, who: Principal) -> VerifyResult:
-        """Walk the tenant's chain in the database: every link and row hash."""
+    def verify(self, who: Principal, *,
+               checkpoint: Checkpoint | str | os.PathLike[str] | None = None,
+               public_key: Ed25519PublicKey | str | os.PathLike[str] | None = None,
+               allow_unsigned: bool = False, strict: bool = False) -> VerifyResult:
+        """Walk the tenant's chain in the database: every link and row hash; with a
+        checkpoint, also the Merkle root of its first ``size`` rows (arguments as for
+        :func:`mnemovault.audit.verify.verify_rows`). A tenant with no rows gives an
+        ``ok`` result with ``rows == 0`` (``empty``): nothing was verified."""
         who.require("audit:read")
 
         def rows() -> Iterator[tuple[int, bytes, bytes, bytes]]:
@@ -112,4 +150,5 @@ class AuditService:
                            bytes(r["row_hash"]))
                 seq = batch[-1]["seq"]
 
-        return verify_rows(rows(), tenant_id=who.tenant)
+        return verify_rows(rows(), tenant_id=who.tenant, checkpoint=checkpoint,
+                           public_key=public_key, allow_unsigned=allow_unsigned, strict=strict)

@@ -2,7 +2,8 @@
 
 Usage::
 
-    python -m mnemovault.audit.verify FILE [--checkpoint CP [--public-key PK]]
+    python -m mnemovault.audit.verify FILE [--checkpoint CP (--public-key PK | --allow-unsigned)
+                                            [--strict]] [--allow-partial] [--root] [--json]
 
 For each line, in order, it checks (see :mod:`mnemovault.audit.chain` for the format):
 
@@ -23,6 +24,24 @@ from the first changed row onwards; given a checkpoint (C2SP tlog-checkpoint, se
 :mod:`mnemovault.audit.checkpoint`) the verifier also recomputes the RFC 9162 Merkle root
 of the first ``tree size`` rows (leaf data = row bytes) and compares it with the
 checkpoint's root, which catches both.
+
+A checkpoint is only as good as its signature: anyone who can rewrite the log can also
+write a matching checkpoint. So a checkpoint's signature is checked against the log's
+public key, and a checkpoint that can't be checked (no key) fails unless the caller says
+it trusts the checkpoint as given (``allow_unsigned``, ``--allow-unsigned``; the result
+then carries a warning). A signature that is checked and does not verify always fails.
+This standalone verifier has no data directory to find the deployment's key in, so
+``--checkpoint`` needs ``--public-key`` or ``--allow-unsigned``; ``mnemovault audit verify``
+uses the deployment's own key by default.
+
+Rows after the checkpoint's tree size are not covered by it: they pass the chain checks
+only. A log keeps growing after its latest checkpoint, so by default they are reported (a
+warning with their count, ``uncovered_rows``) and do not fail; ``strict`` (``--strict``)
+makes them fail.
+
+Exit status of ``main``: 0 valid, 1 verification failed, 2 bad input (a file that does not
+exist or can't be read, an unusable key, a checkpoint without a key or ``--allow-unsigned``),
+3 nothing to verify (the log has no rows).
 
 Speed: the file is read in large blocks and split in C; per line the work is one orjson
 parse, two canonical serialisations (the whole line, compared byte for byte, and the row
@@ -59,7 +78,18 @@ from mnemovault.audit.checkpoint import (
 )
 from mnemovault.audit.merkle import root_from_leaf_hashes
 
-__all__ = ["VerifyResult", "main", "verify_file", "verify_lines", "verify_rows"]
+__all__ = [
+    "InputError",
+    "VerifyResult",
+    "exit_status",
+    "main",
+    "read_public_key",
+    "read_text_file",
+    "require_file",
+    "verify_file",
+    "verify_lines",
+    "verify_rows",
+]
 
 _BLOCK: Final[int] = 1024 * 1024  # 1 MiB: measured faster than 16 MiB (cache-friendly)
 _HEX = frozenset("0123456789abcdef")
@@ -84,10 +114,15 @@ class VerifyResult:
         error: why it failed.
         checkpoint: the checkpoint checked, if any.
         checkpoint_signature_verified: True when its signature was checked with a key.
+        key_source: where the public key came from, when the caller says (for example
+            the deployment's key file); shown in the summary.
+        uncovered_rows: rows after the checkpoint's tree size (chain-checked only).
+        log_checked: False when the checkpoint was refused before any row was read.
         merkle_root: hex RFC 9162 root of the rows compared with the checkpoint (or of
             all rows when ``compute_root`` was asked for).
-        warnings: things a reader should know that are not failures (for example an
-            unverified checkpoint signature).
+        warnings: things a reader should know that are not failures (an unverified
+            checkpoint signature accepted with ``allow_unsigned``, rows the checkpoint
+            does not cover).
     """
 
     ok: bool = True
@@ -101,12 +136,24 @@ class VerifyResult:
     error: str | None = None
     checkpoint: Checkpoint | None = None
     checkpoint_signature_verified: bool = False
+    key_source: str | None = None
+    uncovered_rows: int = 0
     merkle_root: str | None = None
     warnings: list[str] = field(default_factory=list)
+    log_checked: bool = True
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing failed because there was nothing to check: no rows at all."""
+        return self.ok and self.rows == 0
 
     def summary(self) -> str:
-        """One human line (plus warnings) describing the result."""
+        """One human line describing the result (warnings are in :attr:`warnings`)."""
+        if self.empty:
+            return "NO ROWS: the log is empty, nothing was verified"
         if not self.ok:
+            if not self.log_checked:
+                return f"FAIL {self.error} (the log itself was not checked)"
             if self.error_line is None:
                 return f"FAIL {self.error} ({self.rows} rows passed the chain checks)"
             return (
@@ -121,15 +168,18 @@ class VerifyResult:
         if not self.anchored:
             parts.append("partial range: first prev_hash taken on trust")
         if self.checkpoint is not None:
-            how = (
-                "signature verified"
-                if self.checkpoint_signature_verified
-                else "signature NOT verified"
-            )
+            if not self.checkpoint_signature_verified:
+                how = "signature NOT verified"
+            elif self.key_source:
+                how = f"signature verified with {self.key_source}"
+            else:
+                how = "signature verified"
             parts.append(
                 f"checkpoint {self.checkpoint.origin!r} size {self.checkpoint.size} "
                 f"root matches ({how})"
             )
+            if self.uncovered_rows:
+                parts.append(f"{self.uncovered_rows} later rows not covered by it")
         elif self.merkle_root is not None:
             parts.append(f"merkle root {self.merkle_root}")
         return "; ".join(parts)
@@ -147,6 +197,7 @@ class VerifyResult:
             "anchored": self.anchored,
             "error_line": self.error_line,
             "error": self.error,
+            "empty": self.empty,
             "checkpoint": None
             if cp is None
             else {
@@ -154,7 +205,9 @@ class VerifyResult:
                 "size": cp.size,
                 "root_hash": cp.root_hash.hex(),
                 "signature_verified": self.checkpoint_signature_verified,
+                "key": self.key_source,
             },
+            "uncovered_rows": self.uncovered_rows,
             "merkle_root": self.merkle_root,
             "warnings": self.warnings,
         }
@@ -323,6 +376,17 @@ class _Walker:
             self.leaves_left = leaves_left
 
 
+_UNSIGNED_REFUSED: Final[str] = (
+    "checkpoint signature can't be verified: no public key was given (give the log's "
+    "public key, or allow unsigned checkpoints to trust this one as given)"
+)
+_UNSIGNED_ACCEPTED: Final[str] = (
+    "checkpoint signature not verified: no public key was given and unsigned checkpoints "
+    "were allowed, so the checkpoint is trusted as given (anyone who can rewrite the log "
+    "could have written it)"
+)
+
+
 def _load_checkpoint(
     checkpoint: Checkpoint | str | os.PathLike[str],
     public_key: Ed25519PublicKey | str | os.PathLike[str] | None,
@@ -339,12 +403,89 @@ def _load_checkpoint(
     return open_checkpoint(text, pk, key_name), True
 
 
+def _open_checkpoint(
+    result: VerifyResult,
+    checkpoint: Checkpoint | str | os.PathLike[str],
+    public_key: Ed25519PublicKey | str | os.PathLike[str] | None,
+    key_name: str | None,
+    allow_unsigned: bool,
+) -> Checkpoint | None:
+    """Load the checkpoint into ``result``; on a refusal mark ``result`` failed, return None."""
+    try:
+        cp, verified = _load_checkpoint(checkpoint, public_key, key_name)
+    except CheckpointError as exc:
+        result.ok = False
+        result.log_checked = False
+        result.error = f"checkpoint rejected: {exc}"
+        return None
+    result.checkpoint = cp
+    result.checkpoint_signature_verified = verified
+    if not verified:
+        if not allow_unsigned:
+            result.ok = False
+            result.log_checked = False
+            result.error = _UNSIGNED_REFUSED
+            return None
+        result.warnings.append(_UNSIGNED_ACCEPTED)
+    return cp
+
+
+def _uncovered(extra: int, size: int) -> str:
+    if extra == 1:
+        return f"1 row after the checkpoint's size {size} is not covered by it"
+    return f"{extra} rows after the checkpoint's size {size} are not covered by it"
+
+
+def _check_checkpoint(
+    result: VerifyResult,
+    cp: Checkpoint,
+    count: int,
+    anchored: bool,
+    leaves: bytes | bytearray,
+    strict: bool,
+) -> None:
+    """Compare ``count`` verified rows (leaf hashes of the first ``cp.size``) with ``cp``."""
+    if not anchored:
+        result.ok = False
+        result.error = "a checkpoint can only be checked against a log that starts at seq 1"
+        return
+    if count < cp.size:
+        result.ok = False
+        gone = f"row {cp.size} is" if count + 1 == cp.size else f"rows {count + 1}..{cp.size} are"
+        result.error = (
+            f"the file has {count} rows but the checkpoint covers {cp.size}: "
+            f"{gone} missing (truncated log)"
+        )
+        return
+    got = root_from_leaf_hashes(bytes(leaves))
+    result.merkle_root = got.hex()
+    if got != cp.root_hash:
+        result.ok = False
+        result.error = (
+            f"the Merkle root of rows 1..{cp.size} is {got.hex()[:16]}..., the "
+            f"checkpoint says {cp.root_hash.hex()[:16]}...: the log was rewritten"
+        )
+        return
+    result.uncovered_rows = count - cp.size
+    if result.uncovered_rows:
+        what = _uncovered(result.uncovered_rows, cp.size)
+        if strict:
+            result.ok = False
+            result.error = f"{what} (strict: the checkpoint must cover every row)"
+        else:
+            result.warnings.append(
+                f"{what}: they pass the chain checks only (a later checkpoint covers them)"
+            )
+
+
 def verify_lines(
     blocks: Iterable[bytes],
     checkpoint: Checkpoint | str | os.PathLike[str] | None = None,
     public_key: Ed25519PublicKey | str | os.PathLike[str] | None = None,
     *,
     key_name: str | None = None,
+    allow_unsigned: bool = False,
+    strict: bool = False,
     allow_partial: bool = False,
     compute_root: bool = False,
 ) -> VerifyResult:
@@ -355,17 +496,9 @@ def verify_lines(
     result = VerifyResult()
     cp: Checkpoint | None = None
     if checkpoint is not None:
-        try:
-            cp, result.checkpoint_signature_verified = _load_checkpoint(
-                checkpoint, public_key, key_name
-            )
-        except CheckpointError as exc:
-            result.ok = False
-            result.error = f"checkpoint rejected: {exc}"
+        cp = _open_checkpoint(result, checkpoint, public_key, key_name, allow_unsigned)
+        if cp is None:
             return result
-        result.checkpoint = cp
-        if not result.checkpoint_signature_verified:
-            result.warnings.append("checkpoint signature not verified (no public key given)")
     leaves_wanted = cp.size if cp is not None else (1 << 62 if compute_root else 0)
     walker = _Walker(allow_partial, leaves_wanted)
     tail = b""
@@ -398,29 +531,7 @@ def verify_lines(
     if not result.ok:
         return result
     if cp is not None:
-        if not walker.anchored:
-            result.ok = False
-            result.error = "a checkpoint can only be checked against a log that starts at seq 1"
-        elif walker.count < cp.size:
-            result.ok = False
-            gone = (
-                f"row {cp.size} is"
-                if walker.count + 1 == cp.size
-                else f"rows {walker.count + 1}..{cp.size} are"
-            )
-            result.error = (
-                f"the file has {walker.count} rows but the checkpoint covers {cp.size}: "
-                f"{gone} missing (truncated log)"
-            )
-        else:
-            got = root_from_leaf_hashes(bytes(walker.leaves))
-            result.merkle_root = got.hex()
-            if got != cp.root_hash:
-                result.ok = False
-                result.error = (
-                    f"the Merkle root of rows 1..{cp.size} is {got.hex()[:16]}..., the "
-                    f"checkpoint says {cp.root_hash.hex()[:16]}...: the log was rewritten"
-                )
+        _check_checkpoint(result, cp, walker.count, walker.anchored, walker.leaves, strict)
     elif compute_root and walker.anchored:
         result.merkle_root = root_from_leaf_hashes(bytes(walker.leaves)).hex()
     return result
@@ -438,6 +549,8 @@ def verify_file(
     public_key: Ed25519PublicKey | str | os.PathLike[str] | None = None,
     *,
     key_name: str | None = None,
+    allow_unsigned: bool = False,
+    strict: bool = False,
     allow_partial: bool = False,
     compute_root: bool = False,
     block_size: int = _BLOCK,
@@ -448,11 +561,16 @@ def verify_file(
         path: the file.
         checkpoint: a :class:`Checkpoint`, a signed checkpoint text, or a path to one.
             When given, rows ``1 .. size`` must exist and their RFC 9162 root must equal
-            the checkpoint's root.
-        public_key: the log's Ed25519 key (object, PEM/vkey text, or a path); when given,
-            the checkpoint's signature is verified under ``key_name`` (default: its
-            origin); when not, the checkpoint is trusted as given and a warning is added.
+            the checkpoint's root. (A :class:`Checkpoint` object counts as signed when
+            its ``signed_by`` is set, that is when it came from :func:`open_checkpoint`.)
+        public_key: the log's Ed25519 key (object, PEM/vkey text, or a path); the
+            checkpoint's signature is verified under ``key_name`` (default: its origin)
+            and a signature that does not verify fails.
         key_name: signature key name, if it differs from the origin.
+        allow_unsigned: with a checkpoint and no ``public_key``, trust the checkpoint as
+            given (a warning is added) instead of failing.
+        strict: fail when the log has rows after the checkpoint's size (by default they
+            are counted in ``uncovered_rows`` with a warning).
         allow_partial: accept a range export that starts after ``seq 1`` (its first
             ``prev_hash`` is taken on trust and no checkpoint can be checked).
         compute_root: also compute the Merkle root of all rows (``merkle_root``).
@@ -460,7 +578,9 @@ def verify_file(
 
     Returns:
         A :class:`VerifyResult`; ``ok`` is False with ``error_line`` and ``error`` at the
-        first failure. Verification failures never raise.
+        first failure. Verification failures never raise. An empty file is ``ok`` with
+        ``rows == 0`` (:attr:`VerifyResult.empty`): nothing was wrong, and nothing was
+        verified either; the command lines exit 3 for it.
 
     Raises:
         OSError: the log, checkpoint or key file can't be read.
@@ -470,6 +590,8 @@ def verify_file(
         checkpoint,
         public_key,
         key_name=key_name,
+        allow_unsigned=allow_unsigned,
+        strict=strict,
         allow_partial=allow_partial,
         compute_root=compute_root,
     )
@@ -481,6 +603,11 @@ def verify_rows(
     start_seq: int = FIRST_SEQ,
     start_prev_hash: bytes = GENESIS_HASH,
     tenant_id: str | None = None,
+    checkpoint: Checkpoint | str | os.PathLike[str] | None = None,
+    public_key: Ed25519PublicKey | str | os.PathLike[str] | None = None,
+    key_name: str | None = None,
+    allow_unsigned: bool = False,
+    strict: bool = False,
 ) -> VerifyResult:
     """Verify rows as stored in the database, in ``seq`` order.
 
@@ -489,6 +616,8 @@ def verify_rows(
         start_seq: ``seq`` of the first row (default 1).
         start_prev_hash: the ``row_hash`` of row ``start_seq - 1`` (genesis for 1).
         tenant_id: if given, every row body must name this tenant.
+        checkpoint, public_key, key_name, allow_unsigned, strict: as for
+            :func:`verify_file` (a checkpoint needs ``start_seq == 1``).
 
     Returns:
         A :class:`VerifyResult` whose ``error_line`` is the 1-based position in ``rows``.
@@ -497,6 +626,13 @@ def verify_rows(
         ``row_hash``, and ``row_hash == SHA-256(prev_hash || row_bytes)``.
     """
     result = VerifyResult(anchored=start_seq == FIRST_SEQ, tenant_id=tenant_id)
+    cp: Checkpoint | None = None
+    if checkpoint is not None:
+        cp = _open_checkpoint(result, checkpoint, public_key, key_name, allow_unsigned)
+        if cp is None:
+            return result
+    leaves_left = cp.size if cp is not None else 0
+    leaves = bytearray()
     expected = start_seq
     prev = start_prev_hash
     pos = 0
@@ -529,13 +665,68 @@ def verify_rows(
             return result
         if result.first_seq is None:
             result.first_seq = seq
+        if leaves_left:
+            leaves += hashlib.sha256(b"\x00" + bytes(row_bytes)).digest()
+            leaves_left -= 1
         result.rows += 1
         result.last_seq = seq
         prev = bytes(stored_hash)
         expected += 1
     if result.rows:
         result.head_hash = prev.hex()
+    if cp is not None:
+        _check_checkpoint(result, cp, result.rows, result.anchored, leaves, strict)
     return result
+
+
+class InputError(ValueError):
+    """A command-line input can't be used: a file that does not exist or can't be read,
+    a key that is not a key. The message names the option (exit status 2)."""
+
+
+def read_text_file(path: str | os.PathLike[str], what: str) -> str:
+    """The UTF-8 text of the file ``path`` given as ``what`` (an option name).
+
+    Raises:
+        InputError: it does not exist, is a directory, can't be read or isn't UTF-8.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{what}: {p} does not exist")
+    if p.is_dir():
+        raise InputError(f"{what}: {p} is a directory, not a file")
+    try:
+        return p.read_text("utf-8")
+    except OSError as exc:
+        raise InputError(f"{what}: cannot read {p}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{what}: {p} is not UTF-8 text") from None
+
+
+def read_public_key(source: str | os.PathLike[str], what: str = "--public-key") -> Ed25519PublicKey:
+    """The Ed25519 public key in the file ``source`` (PEM or vkey) or, for a ``str`` that
+    names no file, in the text itself; errors name ``what`` (an option name).
+
+    Raises:
+        InputError: no such file (and not key text), unreadable, or not a usable key.
+    """
+    text = os.fspath(source)
+    try:
+        exists = Path(text).exists()
+    except (OSError, ValueError):
+        exists = False
+    if exists or isinstance(source, os.PathLike):
+        body = read_text_file(text, what)
+        try:
+            return load_public_key(body)
+        except CheckpointError as exc:
+            raise InputError(f"{what}: {text}: {exc}") from None
+    try:
+        return load_public_key(text)
+    except CheckpointError as exc:
+        if "+" in text or text.lstrip().startswith("-----BEGIN"):  # meant as key text
+            raise InputError(f"{what}: not a usable public key: {exc}") from None
+        raise InputError(f"{what}: {text} does not exist (and is not key text)") from None
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -543,15 +734,30 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="python -m mnemovault.audit.verify",
         description="Verify a mnemovault audit log export (JSON Lines): canonical form, "
         "seq, hash links, row hashes; with a checkpoint, also truncation and rewrites.",
+        epilog="Exit status: 0 valid, 1 verification failed, 2 bad input (missing or "
+        "unreadable file, unusable key, --checkpoint without --public-key or "
+        "--allow-unsigned), 3 the log has no rows (nothing to verify).",
     )
     parser.add_argument("file", type=Path, help="the JSON Lines export")
     parser.add_argument("--checkpoint", type=Path, help="a saved signed checkpoint file")
     parser.add_argument(
         "--public-key",
         help="the log's Ed25519 public key: PEM or vkey "
-        "file, or vkey text; verifies the checkpoint signature",
+        "file, or vkey text; verifies the checkpoint signature (required with "
+        "--checkpoint: this verifier has no data dir to find the deployment's key in)",
     )
     parser.add_argument("--key-name", help="checkpoint signing key name (default: origin)")
+    parser.add_argument(
+        "--allow-unsigned",
+        action="store_true",
+        help="with --checkpoint and no --public-key, trust the checkpoint as given "
+        "(a warning is printed) instead of failing",
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail when rows follow the checkpoint's size (by default: a warning)",
+    )
     parser.add_argument(
         "--allow-partial",
         action="store_true",
@@ -563,32 +769,70 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line entry point. Returns 0 (valid), 1 (verification failed), 2 (usage/IO)."""
+    """Command line entry point. Returns 0 (valid), 1 (verification failed), 2 (bad input:
+    usage, a missing or unreadable file, an unusable key), 3 (no rows: nothing verified)."""
     args = _build_parser().parse_args(argv)
     if args.public_key and not args.checkpoint:
         print("error: --public-key needs --checkpoint", file=sys.stderr)
         return 2
+    if args.strict and not args.checkpoint:
+        print("error: --strict needs --checkpoint", file=sys.stderr)
+        return 2
+    if args.checkpoint and not args.public_key and not args.allow_unsigned:
+        print(
+            "error: --checkpoint needs --public-key PK to check its signature (this "
+            "verifier has no data dir to find the deployment's key in); pass "
+            "--allow-unsigned to trust the checkpoint as given",
+            file=sys.stderr,
+        )
+        return 2
     try:
+        require_file(args.file, "FILE")
+        cp_text = read_text_file(args.checkpoint, "--checkpoint") if args.checkpoint else None
+        pk = read_public_key(args.public_key) if args.public_key else None
         result = verify_file(
             args.file,
-            args.checkpoint,
-            args.public_key,
+            cp_text,
+            pk,
             key_name=args.key_name,
+            allow_unsigned=args.allow_unsigned,
+            strict=args.strict,
             allow_partial=args.allow_partial,
             compute_root=args.root,
         )
-    except (OSError, CheckpointError) as exc:
+    except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: cannot read {exc.filename or args.file}: {exc.strerror}", file=sys.stderr)
         return 2
     if args.json:
         print(orjson.dumps(result.to_dict()).decode())
     else:
         for warning in result.warnings:
             print(f"warning: {warning}", file=sys.stderr)
-        if result.ok:
+        if result.empty:
+            print(f"{args.file}: {result.summary()}", file=sys.stderr)
+        elif result.ok:
             print(result.summary())
         else:
             print(f"{args.file}: {result.summary()}")
+    return exit_status(result)
+
+
+def require_file(path: str | os.PathLike[str], what: str) -> None:
+    """Raise :class:`InputError` (naming ``what``) unless ``path`` exists and is no directory."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{what}: {path} does not exist")
+    if path.is_dir():
+        raise InputError(f"{what}: {path} is a directory, not a file")
+
+
+def exit_status(result: VerifyResult) -> int:
+    """0 valid, 1 verification failed, 3 no rows (nothing was verified)."""
+    if result.empty:
+        return 3
     return 0 if result.ok else 1
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.text import Text
 
-from mnemovault.cli._common import _emit_json, _fail, _vault, err, out
+from mnemovault.cli._common import _emit_json, _fail, _state, _vault, err, out
 from mnemovault.errors import MnemoError, ValidationError
 
 audit_app = typer.Typer(help="The tamper-evident audit log.", no_args_is_help=True)
@@ -23,32 +23,101 @@ def audit_verify(
         help="A JSON Lines export; without it, the tenant's chain in the database.")] = None,
     checkpoint: Annotated[Path | None, typer.Option(help="A saved signed checkpoint.")] = None,
     public_key: Annotated[Path | None, typer.Option(
-        help="The checkpoint signer's public key (vkey file).")] = None,
+        help="The checkpoint signer's public key (PEM or vkey file); default: this "
+             "deployment's own audit signing key.")] = None,
+    allow_unsigned: Annotated[bool, typer.Option(
+        help="If no public key can be found, trust the checkpoint as given (with a "
+             "warning) instead of failing. A signature that does not verify still fails.")
+    ] = False,
+    strict: Annotated[bool, typer.Option(
+        help="Fail when rows follow the checkpoint's size (default: a warning).")] = False,
     allow_partial: Annotated[bool, typer.Option(
         help="Accept an export that does not start at seq 1.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Check every link and row hash (and, with a checkpoint, truncation and rewrites).
-    Prints the first failing line and why; exits 1 on failure."""
-    from mnemovault.audit.verify import verify_file
+    Prints the first failing line and why. Exit 0 valid, 1 verification failed, 2 bad
+    input (missing or unreadable file or key, no key for a checkpoint), 3 nothing to
+    verify (no rows, no database), 7 the deployment's signing key is unusable."""
+    from mnemovault.audit.service import deployment_public_key, signing_key_path
+    from mnemovault.audit.verify import (
+        VerifyResult,
+        exit_status,
+        read_public_key,
+        read_text_file,
+        require_file,
+        verify_file,
+    )
 
+    settings = _state(ctx).settings
+    if strict and checkpoint is None:
+        _bad_input("--strict needs --checkpoint")
+    if public_key is not None and checkpoint is None:
+        _bad_input("--public-key needs --checkpoint")
+    result: VerifyResult
     try:
+        cp_text = None if checkpoint is None else read_text_file(checkpoint, "--checkpoint")
+        pk: Any = None
+        key_source: str | None = None
+        if public_key is not None:
+            pk, key_source = read_public_key(public_key, "--public-key"), str(public_key)
+        elif cp_text is not None:
+            found = deployment_public_key(settings)
+            if found is not None:
+                pk, key_source = found[0], f"this deployment's key {found[1]}"
+            elif not allow_unsigned:
+                key = signing_key_path(settings)
+                _bad_input(
+                    f"no public key to check the checkpoint's signature with: this deployment "
+                    f"has no audit signing key ({key} and {key}.pub do not exist); pass "
+                    "--public-key PK, or --allow-unsigned to trust the checkpoint as given")
+        where: str
         if file is not None:
-            result = verify_file(file, checkpoint, public_key, allow_partial=allow_partial)
+            require_file(file, "FILE")
+            where = str(file)
+            result = verify_file(file, cp_text, pk, allow_unsigned=allow_unsigned,
+                                 strict=strict, allow_partial=allow_partial)
         else:
+            data_dir = Path(settings.data_dir).expanduser()
+            # the embedded cluster lives in <data dir>/pg (mnemovault.store.embedded); don't
+            # create an empty database just to report that it holds no rows
+            if settings.database_url is None and not (data_dir / "pg").is_dir():
+                err.print(Text(f"NO ROWS: there is no database in {data_dir} (nothing to "
+                               "verify; give an export FILE, or the right --data-dir)"),
+                          soft_wrap=True)
+                raise typer.Exit(3)
             with _vault(ctx) as vault:
-                result = vault.audit.verify(vault.principal())
+                who = vault.principal()
+                where = f"tenant {who.tenant!r} in the database"
+                result = vault.audit.verify(who, checkpoint=cp_text, public_key=pk,
+                                            allow_unsigned=allow_unsigned, strict=strict)
     except MnemoError as exc:
         _fail(exc)
         return
-    except (OSError, ValueError) as exc:
-        err.print(f"[bold red]error[/]: {exc}", highlight=False)
-        raise typer.Exit(2) from None
+    except OSError as exc:
+        _bad_input(f"cannot read {exc.filename or file}: {exc.strerror or exc}")
+        return
+    except ValueError as exc:  # InputError (names the option), CheckpointError
+        _bad_input(str(exc))
+        return
+    if result.checkpoint_signature_verified:
+        result.key_source = key_source
     if as_json:
-        _emit_json(result.to_dict())
+        _emit_json(result.to_dict() | {"source": where})
     else:
-        (out if result.ok else err).print(Text(result.summary()))
-    raise typer.Exit(0 if result.ok else 1)
+        for warning in result.warnings:
+            err.print(Text(f"warning: {warning}", style="yellow"), soft_wrap=True)
+        if result.empty:
+            err.print(Text(f"NO ROWS: {where} has no audit rows, nothing was verified"),
+                      soft_wrap=True)
+        else:
+            (out if result.ok else err).print(Text(result.summary()), soft_wrap=True)
+    raise typer.Exit(exit_status(result))
+
+
+def _bad_input(message: str) -> NoReturn:
+    err.print(Text.assemble(("error", "bold red"), f": {message}"), soft_wrap=True)
+    raise typer.Exit(2)
 
 
 @audit_app.command("export")
