@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, get_args
 
 import platformdirs
-from pydantic import Field
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -21,9 +21,27 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="MNEMOVAULT_", extra="ignore")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_paths_are_unset(cls, data: Any) -> Any:
+        """An empty (or blank) value of a path setting means unset, so its default applies:
+        ``MNEMOVAULT_KEK_FILE=`` would otherwise be ``Path("")``, the working directory."""
+        if not isinstance(data, dict):
+            return data
+        paths = {name for name, f in cls.model_fields.items()
+                 if f.annotation is Path or Path in get_args(f.annotation)}
+        return {k: v for k, v in data.items()
+                if not (k in paths and isinstance(v, str) and not v.strip())}
+
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
     data_dir: Path = Field(default_factory=default_data_dir)
     app_role: str = "mnemovault_app"
+    # the application's own login (row-level security applies to it): with DATABASE_URL,
+    # MNEMOVAULT_APP_DATABASE_URL, else DATABASE_URL with user = app_role and password =
+    # MNEMOVAULT_APP_PASSWORD (which `db upgrade` sets on the role); the embedded server
+    # needs neither (trust authentication on its unix socket)
+    app_database_url: str | None = None
+    app_password: SecretStr | None = None
     pool_max_size: int = 8
 
     embedder: Literal["local", "openai"] = "local"

@@ -1,5 +1,13 @@
-"""Connections: the migration path (as the database owner) and the application pool (as the
-application role, under row-level security, with the tenant set per transaction)."""
+"""Connections: the operator paths (as the database owner: migrations, KEK rotation, listing
+tenants, the embedder check) and the application pool, which logs in as the application
+role itself (under row-level security, with the tenant set per transaction).
+
+The pool never logs in as the owner and switches with ``SET ROLE``: any statement on such a
+connection could ``RESET ROLE`` back to the owner, which bypasses row-level security. Logged
+in as a role that is neither superuser nor BYPASSRLS, a connection has no role to go back
+to (``session_user`` is the application role), so even an injected statement sees one
+tenant's rows at most.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +22,7 @@ from typing import Any
 import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
@@ -65,6 +74,19 @@ def owner_connection(url: str, **kwargs: Any) -> Iterator[psycopg.Connection[Any
         raise database_error(exc) from exc
 
 
+def app_login_url(owner_url: str, role: str, password: str | None = None) -> str:
+    """The application role's libpq connection string, derived from the owner's: the same
+    server, database and options, with ``user = role`` and ``password`` (without one, libpq
+    falls back to ``PGPASSFILE``/``~/.pgpass``, or the server trusts the connection, as the
+    embedded server's unix socket does). The owner's password is never reused."""
+    params: dict[str, Any] = dict(conninfo_to_dict(owner_url))
+    params["user"] = role
+    params.pop("password", None)
+    if password:
+        params["password"] = password
+    return make_conninfo(**params)
+
+
 def _sqlalchemy_url(url: str) -> str:
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
@@ -73,17 +95,29 @@ def _sqlalchemy_url(url: str) -> str:
 
 
 class Database:
-    """One PostgreSQL database: owner URL for migrations, pooled app-role connections.
+    """One PostgreSQL database: the owner's URL for operator paths, a pool of connections
+    logged in as the application role.
 
-    ``url`` is a libpq URL of a user that owns (or may create) the schema. Application
-    queries run after ``SET ROLE <app_role>``: that role is not a superuser, has no
-    BYPASSRLS, and sees only the rows of the tenant set with :meth:`transaction`.
+    ``url`` is a libpq URL of a user that owns (or may create) the schema; migrations, KEK
+    rotation, the tenant list of all-tenant jobs and :meth:`check_embedder` use it.
+    :meth:`transaction` and :meth:`unscoped` use ``app_url``: a login of ``app_role``, which
+    is neither superuser nor BYPASSRLS (:meth:`open` checks) and sees only the rows of the
+    tenant set with :meth:`transaction`. Without ``app_url`` it is ``url`` with the user
+    replaced by ``app_role`` and the password by ``app_password``
+    (:func:`app_login_url`); with ``app_password``, :meth:`upgrade` sets that password on
+    the role.
     """
 
     def __init__(self, url: str, *, app_role: str = "mnemovault_app", pool_max_size: int = 8,
-                 embedded_dir: Path | None = None) -> None:
+                 embedded_dir: Path | None = None, app_url: str | None = None,
+                 app_password: str | None = None) -> None:
+        if not app_role.replace("_", "").isalnum():
+            raise ConfigError("app_role: must be letters, digits and underscores",
+                              field="app_role")
         self.url = url
         self.app_role = app_role
+        self.app_password = app_password
+        self.app_url = app_url or app_login_url(url, app_role, app_password)
         self.pool_max_size = pool_max_size
         self.embedded_dir = embedded_dir
         self._pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] | None = None
@@ -91,10 +125,15 @@ class Database:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Database:
-        """Use ``DATABASE_URL``, or start the embedded server in ``settings.data_dir``."""
+        """Use ``DATABASE_URL`` (with ``MNEMOVAULT_APP_DATABASE_URL`` or
+        ``MNEMOVAULT_APP_PASSWORD`` for the application login), or start the embedded
+        server in ``settings.data_dir`` (the application role logs in over its unix socket,
+        which trusts local connections: no password)."""
+        password = settings.app_password.get_secret_value() if settings.app_password else None
         if settings.database_url:
             return cls(settings.database_url, app_role=settings.app_role,
-                       pool_max_size=settings.pool_max_size)
+                       pool_max_size=settings.pool_max_size,
+                       app_url=settings.app_database_url, app_password=password)
         from mnemovault.store.embedded import start_embedded
 
         url = start_embedded(settings.data_dir)
@@ -134,7 +173,41 @@ class Database:
             command.upgrade(self.alembic_config(embedding_dim), "head")
         except Exception as exc:
             raise Unavailable(f"migration failed: {type(exc).__name__}: {exc}") from exc
+        if self.app_password and not self._app_login_works(
+                app_login_url(self.url, self.app_role, self.app_password)):
+            self.set_app_password(self.app_password)
         return before, self.current_revision()
+
+    def set_app_password(self, password: str) -> None:
+        """Give the application role ``LOGIN`` and ``password`` (as the owner). The password
+        is sent as a SCRAM-SHA-256 verifier computed here, so it appears in no statement
+        the server might log. :meth:`upgrade` calls this with ``app_password`` when the
+        role cannot log in with it yet.
+
+        Raises:
+            ConfigError: the owner may not change the role (it needs CREATEROLE and, from
+                PostgreSQL 16, ADMIN on the role); set the password as a role that may.
+        """
+        with owner_connection(self.url, autocommit=True) as conn:
+            verifier = conn.pgconn.encrypt_password(
+                password.encode(), self.app_role.encode(), b"scram-sha-256").decode()
+            try:
+                conn.execute(sql.SQL("ALTER ROLE {} WITH LOGIN PASSWORD {}").format(
+                    sql.Identifier(self.app_role), sql.Literal(verifier)))
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise ConfigError(
+                    f"app_password: the database owner may not set the password of "
+                    f"{self.app_role!r}; set it as a role with CREATEROLE (ALTER ROLE "
+                    f"{self.app_role} PASSWORD ...)", field="app_password") from exc
+        log.info("set the password of the application role %s", self.app_role)
+
+    @staticmethod
+    def _app_login_works(url: str) -> bool:
+        try:
+            with psycopg.connect(url, connect_timeout=10):
+                return True
+        except psycopg.Error:
+            return False
 
     # -- embedder identity --------------------------------------------------------------
     def check_embedder(self, model: str, dimension: int) -> None:
@@ -172,18 +245,51 @@ class Database:
 
     # -- application pool -----------------------------------------------------------------
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(self.app_role)))
         # Plan every execution with its real parameters: a generic plan cannot tell a
         # tenant-sized scope (HNSW) from a small one (B-tree and exact sort).
         conn.execute("SET plan_cache_mode = force_custom_plan")
         register_vector(conn)
         conn.commit()
 
+    def check_app_login(self) -> None:
+        """Log in once as the application role and check that row-level security binds it:
+        neither the login role nor any role it may ``SET ROLE`` to is a superuser, has
+        BYPASSRLS or owns a table with row-level security (an owner is exempt from its
+        table's policies).
+
+        Raises:
+            Unavailable: the role cannot log in (the schema predates the login role: run
+                ``mnemovault db upgrade``; or a wrong password / URL).
+            ConfigError: the login escapes row-level security as above.
+        """
+        try:
+            with psycopg.connect(self.app_url, connect_timeout=10) as conn:
+                rows = conn.execute(
+                    "SELECT r.rolname FROM pg_roles r "
+                    "WHERE pg_has_role(session_user, r.oid, 'MEMBER') AND (r.rolsuper "
+                    "OR r.rolbypassrls OR EXISTS (SELECT 1 FROM pg_class c "
+                    "WHERE c.relowner = r.oid AND c.relrowsecurity))").fetchall()
+        except psycopg.Error as exc:
+            raise Unavailable(
+                f"database: cannot log in as the application role {self.app_role!r} "
+                f"({type(exc).__name__}); run `mnemovault db upgrade` as the owner, and with "
+                "DATABASE_URL set MNEMOVAULT_APP_PASSWORD or MNEMOVAULT_APP_DATABASE_URL"
+            ) from exc
+        if rows:
+            raise ConfigError(
+                f"app_database_url: the application login is, or may become, "
+                f"{sorted(r[0] for r in rows)}: a superuser, a BYPASSRLS role or the owner of "
+                "the tables, which row-level security does not bind; log in as "
+                f"{self.app_role!r}", field="app_database_url")
+
     def open(self) -> None:
+        """Open the application pool (logged in as the application role; see
+        :meth:`check_app_login` for the errors)."""
         if self._pool is not None:
             return
+        self.check_app_login()
         self._pool = ConnectionPool(
-            self.url,
+            self.app_url,
             min_size=1,
             max_size=self.pool_max_size,
             kwargs={"row_factory": dict_row},
@@ -200,7 +306,8 @@ class Database:
 
     @contextmanager
     def transaction(self, tenant: str) -> Iterator[psycopg.Connection[dict[str, Any]]]:
-        """One transaction as the application role with ``tenant`` set for row-level security.
+        """One transaction on an application connection (logged in as the application
+        role) with ``tenant`` set for row-level security.
 
         Commits on normal exit, rolls back on any exception.
         """

