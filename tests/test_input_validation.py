@@ -100,7 +100,7 @@ def test_a_failing_tenant_is_named_and_reported(vault: MemoryVault, tenant: str,
     vault.remember("kept", scope="s", principal=vault.principal(tenant))
 
     def archive(conn: Any, policy: Any, now: Any, *, dry_run: bool = False) -> Any:
-        row = conn.execute("SELECT current_setting('mnemovault.tenant_id') AS t").fetchone()
+        row = conn.execute("SELECT mv_current_tenant() AS t").fetchone()
         if row["t"] == tenant:
             raise RuntimeError("injected")
         return real(conn, policy, now, dry_run=dry_run)

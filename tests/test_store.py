@@ -22,7 +22,7 @@ TENANT_TABLES = ("tenants", "api_keys", "memories", "outbox", "audit_heads", "au
                  "pii_tenant_keys", "pii_values", "pii_deks", "audit_nodes",
                  "audit_checkpoints", "memory_lineage", "graph_nodes", "graph_node_support",
                  "graph_edges", "graph_edge_support")
-HEAD = "0004_app_login"
+HEAD = "0005_signed_tenant"
 
 
 def test_migrations_from_empty_reach_head(vault: MemoryVault) -> None:
@@ -267,3 +267,31 @@ def test_opening_with_another_embedder_is_refused(settings: Settings,
     msg = str(err.value)
     assert "sentence-transformers/all-MiniLM-L6-v2" in msg
     assert "acme/other-embedder" in msg
+
+
+def test_sql_on_an_app_connection_cannot_switch_tenant(vault: MemoryVault,
+                                                       tenant: str) -> None:
+    """The tenant setting is signed for its backend (migration 0005): setting another
+    tenant's name, or replaying a token signed for another backend, shows no rows."""
+    other = tenant + "-victim"
+    vault.ensure_tenant(other)
+    vault.remember("the victim's secret", scope="s", principal=vault.principal(other))
+    with vault.db.transaction(other) as conn:
+        assert conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"] == 1
+        seen = conn.execute("SELECT current_setting('mnemovault.tenant_id') AS t"
+                            ).fetchone()["t"]
+    assert seen.startswith(other + ":")  # what pg_stat_activity could show of a backend
+    with vault.db.transaction(tenant) as conn:
+        pid = conn.info.backend_pid
+        elsewhere = vault.db._signed(other, pid + 1)  # a token of another backend
+        for forged in (other, elsewhere, f"{other}:{'0' * 64}"):
+            conn.execute("SELECT set_config('mnemovault.tenant_id', %s, true)", (forged,))
+            assert conn.execute("SELECT mv_current_tenant() AS t").fetchone()["t"] is None
+            assert conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"] == 0
+        # the genuine token for this backend still works (so the checks above can fail)
+        conn.execute("SELECT set_config('mnemovault.tenant_id', %s, true)",
+                     (vault.db._signed(other, pid),))
+        assert conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"] == 1
+    with refused_by_database(psycopg.errors.InsufficientPrivilege), \
+            vault.db.transaction(tenant) as conn:
+        conn.execute("SELECT key FROM mv_tenant_key")

@@ -11,6 +11,8 @@ tenant's rows at most.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -122,6 +124,7 @@ class Database:
         self.embedded_dir = embedded_dir
         self._pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] | None = None
         self.after_commit: list[Callable[[str], object]] = []
+        self._tenant_key: bytes | None = None  # read on first use (migration 0005)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Database:
@@ -282,6 +285,21 @@ class Database:
                 "the tables, which row-level security does not bind; log in as "
                 f"{self.app_role!r}", field="app_database_url")
 
+    def _signed(self, tenant: str, backend_pid: int) -> str:
+        """The tenant setting for one transaction on the backend ``backend_pid``:
+        ``<tenant>:<hex HMAC-SHA256(key, "<tenant>:<pid>")>`` (migration 0005: the policies
+        accept it only on that backend, and only the owner can read the key)."""
+        if self._tenant_key is None:
+            with owner_connection(self.url, autocommit=True) as conn:
+                row = conn.execute("SELECT key FROM mv_tenant_key WHERE id = 1").fetchone()
+            if row is None:
+                raise ConfigError("database: no tenant signing key; run `mnemovault db "
+                                  "upgrade`")
+            self._tenant_key = bytes(row[0])
+        mac = hmac.new(self._tenant_key, f"{tenant}:{backend_pid}".encode(),
+                       hashlib.sha256).hexdigest()
+        return f"{tenant}:{mac}"
+
     def open(self) -> None:
         """Open the application pool (logged in as the application role; see
         :meth:`check_app_login` for the errors)."""
@@ -319,7 +337,8 @@ class Database:
         token = _audited.set(pending if outer is None else outer)
         try:
             with self._pool.connection() as conn, conn.transaction():
-                conn.execute("SELECT set_config(%s, %s, true)", (TENANT_SETTING, tenant))
+                conn.execute("SELECT set_config(%s, %s, true)",
+                             (TENANT_SETTING, self._signed(tenant, conn.info.backend_pid)))
                 yield conn
         except psycopg.Error as exc:
             raise database_error(exc) from exc
