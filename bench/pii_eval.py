@@ -40,10 +40,25 @@ Targets (issue 3): precision and recall at least Presidio's on every scored type
 recall 1.0. Examples of gold spans Presidio finds and we miss (and the reverse), and of
 false positives, are listed under ``differences``.
 
+Classes (issue 9, fault 5; section ``classes`` of the JSON): a small hand-written labelled
+set, ``bench/data/pii_classes.json`` (see its ``description``), one group of cases per
+class of miss: several values of one kind in a row (``in_a_row``), one value written in
+several formats (``multi_format``), obfuscation inside a value (``obfuscation``), formats
+that were missed (``formats``) and false findings (``false_findings``), negatives
+included (cases without gold). Scored for the same two systems on the same cases, per
+class, with ``exact`` matching (a true positive has the gold span's offsets exactly: a
+phone span that swallowed a postal code, or a value half covered, is a false positive
+and a false negative) and, for reference, ``overlap`` matching as above. Cases with
+``known`` values (PERSON) give them to both systems: ours as a ``KnownEntityDetector``
+first in the list (as the write path has its index), Presidio as a deny-list
+``PatternRecognizer``. ``identity`` reports, for ours, how many groups of cases that
+write one value differently got one identity (one vault entry); Presidio has no such
+notion. The class set runs in ``--quick`` too (it is ~110 short texts).
+
 Usage::
 
-    python bench/pii_eval.py                                  # all 1,500 texts
-    python bench/pii_eval.py --quick                          # first 100 texts
+    python bench/pii_eval.py                                  # all 1,500 texts + classes
+    python bench/pii_eval.py --quick                          # first 100 texts + classes
     python bench/pii_eval.py --out bench/results/pii_eval.json
 
 JSON on stdout (and ``--out``), progress on stderr. Without presidio-analyzer installed the
@@ -58,6 +73,7 @@ import platform
 import socket
 import sys
 import time
+import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -66,7 +82,13 @@ from typing import Any
 
 import phonenumbers
 
-from mnemovault.pii.detect import Detector, Finding, default_detectors, detect_all
+from mnemovault.pii.detect import (
+    Detector,
+    Finding,
+    KnownEntityDetector,
+    default_detectors,
+    detect_all,
+)
 
 DATASET = (
     Path(__file__).resolve().parents[2] / "shared/datasets/presidio_research/synth_dataset_v2.json"
@@ -80,6 +102,9 @@ KIND_TO_TYPE = {
 }
 TYPE_TO_KIND = {v: k for k, v in KIND_TO_TYPE.items()}
 TYPES = list(KIND_TO_TYPE.values())
+CLASSES_DATA = Path(__file__).resolve().parent / "data" / "pii_classes.json"
+CLASSES = ["in_a_row", "multi_format", "obfuscation", "formats", "false_findings"]
+CLASS_TYPES = [*TYPES, "PERSON"]
 PRESIDIO_RECOGNIZERS = [
     "EmailRecognizer",
     "PhoneRecognizer",
@@ -434,6 +459,192 @@ def fn_examples(
 
 
 # ---------------------------------------------------------------------------------------
+# Classes (issue 9, fault 5): the hand-written labelled set
+# ---------------------------------------------------------------------------------------
+
+
+def load_classes(path: Path) -> list[dict[str, Any]]:
+    """The cases of ``path`` with their gold ``spans`` ``(start, end, type)``: each gold value
+    is searched in the text from the end of the previous one."""
+    with path.open(encoding="utf-8") as fh:
+        cases: list[dict[str, Any]] = json.load(fh)["cases"]
+    for case in cases:
+        pos, spans = 0, []
+        for typ, value in case["gold"]:
+            start = case["text"].index(value, pos)
+            spans.append((start, start + len(value), typ))
+            pos = start + len(value)
+        case["spans"] = spans
+        if case["class"] not in CLASSES:
+            raise ValueError(f"{path}: unknown class {case['class']!r}")
+    return cases
+
+
+def ours_on_case(case: dict[str, Any], detectors: Sequence[Detector]) -> list[tuple[Pred, str]]:
+    """Our findings on one case, with their identities."""
+    dets = list(detectors)
+    if case.get("known"):
+        dets.insert(0, KnownEntityDetector([("person", v) for v in case["known"]]))
+    out = []
+    for f in detect_all(case["text"], dets):
+        typ = "PERSON" if f.kind == "person" else KIND_TO_TYPE.get(f.kind)
+        if typ is not None:
+            out.append((Pred(f.start, f.end, typ, f.confidence), f.identity))
+    return out
+
+
+def presidio_on_case(case: dict[str, Any], presidio: Presidio) -> list[Pred]:
+    """Presidio's pattern recognizers on one case, plus a deny-list recognizer of the case's
+    known values (Presidio's way of being told values), merged as ``AnalyzerEngine`` does."""
+    recognizers = list(presidio.recognizers)
+    if case.get("known"):
+        from presidio_analyzer import PatternRecognizer
+
+        recognizers.append(PatternRecognizer(supported_entity="PERSON", deny_list=case["known"]))
+    return [
+        Pred(r.start, r.end, r.entity_type, float(r.score))
+        for r in sorted(presidio.results(case["text"], recognizers), key=lambda r: r.start)
+        if r.entity_type in CLASS_TYPES
+    ]
+
+
+def score_classes(
+    cases: list[dict[str, Any]], preds: list[list[Pred]], *, exact: bool, limit: int = 6
+) -> dict[str, Any]:
+    """Per class and over all classes: gold, predicted, tp, P/R/F1; a few false positives
+    and false negatives per class (with context)."""
+    tp: Counter[str] = Counter()
+    npred: Counter[str] = Counter()
+    ngold: Counter[str] = Counter()
+    fps: dict[str, list[str]] = {}
+    fns: dict[str, list[str]] = {}
+    for case, ps in zip(cases, preds, strict=True):
+        cls, text, gold = case["class"], case["text"], case["spans"]
+        ngold[cls] += len(gold)
+        used: set[int] = set()
+        for pr in sorted(ps, key=lambda x: (x.start, x.end)):
+            npred[cls] += 1
+            hit = next(
+                (
+                    j
+                    for j, (s, e, t) in enumerate(gold)
+                    if j not in used
+                    and t == pr.type
+                    and ((pr.start, pr.end) == (s, e) if exact else pr.start < e and s < pr.end)
+                ),
+                None,
+            )
+            if hit is None:
+                lst = fps.setdefault(cls, [])
+                if len(lst) < limit:
+                    lst.append(f"{pr.type}: {_visible(_snippet(text, pr.start, pr.end, 20))}")
+                continue
+            used.add(hit)
+            tp[cls] += 1
+        for j, (s, e, t) in enumerate(gold):
+            if j not in used:
+                lst = fns.setdefault(cls, [])
+                if len(lst) < limit:
+                    lst.append(f"{t}: {_visible(_snippet(text, s, e, 20))}")
+    table: dict[str, Any] = {}
+    for cls in [*CLASSES, "all"]:
+        if cls == "all":
+            t, n, g = sum(tp.values()), sum(npred.values()), sum(ngold.values())
+        else:
+            t, n, g = tp[cls], npred[cls], ngold[cls]
+        p = t / n if n else None
+        r = t / g if g else None
+        f1 = 2 * p * r / (p + r) if p is not None and r is not None and p + r else None
+        table[cls] = {"gold": g, "predicted": n, "tp": t, "precision": _r(p), "recall": _r(r),
+                      "f1": _r(f1)}
+    return {"table": table, "false_positives": fps, "false_negatives": fns}
+
+
+def _visible(text: str) -> str:
+    """``text`` with invisible and unusual space characters written as ``\\uXXXX``."""
+    return "".join(
+        f"\\u{ord(ch):04x}" if unicodedata.category(ch) in ("Cf", "Cc", "Zs") and ch != " "
+        else ch
+        for ch in text
+    )
+
+
+def identity_groups(cases: list[dict[str, Any]],
+                    found: list[list[tuple[Pred, str]]]) -> dict[str, Any]:
+    """For ours: per group of cases that write one value differently, the identities of the
+    findings on the gold spans; a group is consistent if all its gold spans were found
+    exactly and share one identity."""
+    groups: dict[str, set[str | None]] = {}
+    for case, fs in zip(cases, found, strict=True):
+        if not case.get("group"):
+            continue
+        ids = groups.setdefault(case["group"], set())
+        for s, e, t in case["spans"]:
+            ids.add(next((i for p, i in fs if (p.start, p.end, p.type) == (s, e, t)), None))
+    consistent = sorted(g for g, ids in groups.items() if len(ids) == 1 and None not in ids)
+    return {
+        "groups": len(groups),
+        "one_identity": len(consistent),
+        "identities": {g: sorted(i or "(not found)" for i in ids) for g, ids in groups.items()},
+    }
+
+
+def run_classes(path: Path, detectors: Sequence[Detector],
+                presidio: Presidio | None) -> dict[str, Any]:
+    cases = load_classes(path)
+    log(f"classes: {len(cases)} cases from {path}")
+    t0 = time.perf_counter()
+    found = [ours_on_case(c, detectors) for c in cases]
+    log(f"classes, mnemovault: {time.perf_counter() - t0:.2f} s")
+    preds: dict[str, list[list[Pred]]] = {"mnemovault": [[p for p, _ in fs] for fs in found]}
+    if presidio is not None:
+        t0 = time.perf_counter()
+        preds["presidio"] = [presidio_on_case(c, presidio) for c in cases]
+        log(f"classes, presidio: {time.perf_counter() - t0:.2f} s")
+    scored = {
+        mode: {name: score_classes(cases, ps, exact=mode == "exact") for name, ps in preds.items()}
+        for mode in ("exact", "overlap")
+    }
+    per_class: dict[str, Any] = {}
+    for cls in [*CLASSES, "all"]:
+        mine = [c for c in cases if cls in ("all", c["class"])]
+        per_class[cls] = {
+            "cases": len(mine),
+            "negatives": sum(1 for c in mine if not c["spans"]),
+            **{mode: {name: sc["table"][cls] for name, sc in by.items()}
+               for mode, by in scored.items()},
+        }
+        if presidio is not None:
+            a, b = per_class[cls]["exact"]["mnemovault"], per_class[cls]["exact"]["presidio"]
+            per_class[cls]["exact_at_least_presidio"] = all(
+                a[m] is None or b[m] is None or a[m] >= b[m] for m in ("precision", "recall"))
+    try:
+        data = str(path.resolve().relative_to(Path(__file__).resolve().parents[1]))
+    except ValueError:
+        data = str(path)
+    return {
+        "data": data,
+        "cases": len(cases),
+        "gold": sum(len(c["spans"]) for c in cases),
+        "matching": {
+            "exact": "a prediction of type T is a true positive if it has the offsets of an "
+                     "unmatched gold span of type T",
+            "overlap": "as for the data set above: it overlaps an unmatched gold span of type T",
+        },
+        "presidio": None if presidio is None else (
+            "the five pattern recognizers, plus a deny-list PatternRecognizer(PERSON) of the "
+            "case's known values; remove_duplicates as AnalyzerEngine"),
+        "per_class": per_class,
+        "identity": {"mnemovault": identity_groups(cases, found), "presidio": None},
+        "differences": {
+            name: {"false_positives": sc["false_positives"],
+                   "false_negatives": sc["false_negatives"]}
+            for name, sc in scored["exact"].items()
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------------------
 
@@ -445,6 +656,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--examples", type=int, default=8, help="examples listed per type")
     ap.add_argument("--dataset", type=Path, default=DATASET)
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    ap.add_argument("--classes", type=Path, default=CLASSES_DATA,
+                    help="the labelled class set (issue 9, fault 5)")
     args = ap.parse_args(argv)
     forbid_network()
     limit = 100 if args.quick else args.limit
@@ -558,6 +771,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "vs_presidio_resolved": targets(our_sc["table"], ref_res["table"] if ref_res else None),
         },
         "differences": diffs,
+        "classes": run_classes(args.classes, detectors, presidio),
         "python": platform.python_version(),
         "phonenumbers": phonenumbers.__version__,
     }

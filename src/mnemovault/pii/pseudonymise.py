@@ -5,6 +5,13 @@ Runs inside the write transaction: each finding gets its placeholder from the va
 Known entities are found by keyed fingerprints of normalised word n-grams
 (:class:`mnemovault.pii.detect.KnownEntityIndex`, rebuilt from the vault's stored
 fingerprints), so no plaintext list of names is kept outside the vault.
+
+A finding's vault entry is chosen by its identity (:attr:`~mnemovault.pii.detect.Finding.
+identity`: a card's digits, a phone's E.164...), so every written form of one value shares
+one placeholder; the span replaced is the finding's span of the original text, which
+covers any invisible characters written inside the value. A caller-named entity whose
+whole value a structured detector reads as one value (an ``account`` that is a card
+number) takes that value's identity too, so its other written forms find its entry.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from mnemovault.pii.detect import Detector, KnownEntityIndex, detect_all
+from mnemovault.pii.detect import Detector, KnownEntityIndex, detect_all, normalise
 from mnemovault.pii.vault import PLACEHOLDER_RE, PiiVault, TenantKeys
 
 
@@ -54,8 +61,19 @@ class Pseudonymiser:
         """Put a caller-named entity in the vault (so later text is recognised)."""
         assert self.known is not None
         entry = self.vault.get_or_create(self.conn, self.tenant, self._keys(), kind, value,
-                                         self.known)
+                                         self.known, identity=self._identity(value))
         return entry.placeholder, entry.created
+
+    def _identity(self, value: str) -> str | None:
+        """The identity of ``value`` if the structured detectors read all of it as one
+        value (``4111 1111 1111 1111`` -> its digits), else ``None`` (its normal form)."""
+        structured = [d for d in self.detectors if d is not self.known]
+        found = detect_all(value, structured)
+        if len(found) != 1:
+            return None
+        f = found[0]
+        whole = not normalise(value[: f.start]) and not normalise(value[f.end :])
+        return f.identity if whole else None
 
     def rewrite(self, text: str, *, create: bool = True) -> Pseudonymised:
         """``text`` with every finding replaced by its placeholder. Text that already looks
@@ -73,14 +91,14 @@ class Pseudonymiser:
                 if self.keys is None:  # an empty vault: the value is unknown
                     ph = f"{{{f.kind}}}"
                 else:
-                    ph = (self.vault.lookup(self.conn, self.keys, f.value)
-                          or self.keys.candidate(f.kind, f.value, 0))
+                    ph = (self.vault.lookup(self.conn, self.keys, f.value, identity=f.identity)
+                          or self.keys.candidate(f.kind, f.value, 0, identity=f.identity))
                 out.placeholders.append(ph)
                 out.text = out.text[: f.start] + ph + out.text[f.end :]
                 continue
             assert self.known is not None
             entry = self.vault.get_or_create(self.conn, self.tenant, self._keys(), f.kind,
-                                             f.value, self.known)
+                                             f.value, self.known, identity=f.identity)
             if entry.created:
                 out.created.append(entry.placeholder)
             out.placeholders.append(entry.placeholder)

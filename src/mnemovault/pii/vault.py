@@ -1,14 +1,29 @@
 """The PII vault: placeholders for personal values, encrypted originals, reveal, shred.
 
 Placeholders are ``{kind:p_<10 hex>}`` where the hex is the first 5 bytes of
-``HMAC-SHA256(k_ph, counter || kind || normalised value)`` and ``k_ph`` is derived from
+``HMAC-SHA256(k_ph, counter || kind || identity)`` and ``k_ph`` is derived from
 the tenant's secret (HKDF-SHA256, RFC 5869): the same value gives the same placeholder
 within a tenant, another tenant gets another one, and the value cannot be computed back
 from it. Values are recognised again by a keyed fingerprint ``HMAC-SHA256(k_fp,
-normalised value)`` (unique per tenant). If a candidate placeholder is taken by another
+identity)`` (unique per tenant). If a candidate placeholder is taken by another
 value (a 40-bit collision) or by a shredded value's tombstone, the counter moves on: a
 deterministic choice that never merges two values, and gives a value seen again after
 its shred a new placeholder while the old one stays ``[erased]``.
+
+A value's *identity* is what stays the same however it is written
+(:attr:`mnemovault.pii.detect.Finding.identity`): a card's digits, a phone number in
+E.164, an IBAN compact in upper case, an email address case-folded, an IP address
+compressed; for names and other known entities (and whenever no detector gives one) the
+:func:`normalise` form. So ``4111 1111 1111 1111``, ``4111-1111-1111-1111`` and
+``4111111111111111`` are one vault entry with one placeholder, and shredding it erases
+every record that held any of the three. What is encrypted is the value as it was first
+written (the exact original text of its first occurrence, invisible characters included):
+reveal shows that form wherever the placeholder stands, also in a record that wrote the
+value another way.
+
+Entries written before identities existed keep the fingerprint of their normalised
+written form (the known-entity index still finds that form where it wins the overlap); a
+structured value seen again can get a second entry under its identity, so shred both.
 """
 
 from __future__ import annotations
@@ -49,11 +64,16 @@ class TenantKeys:
     placeholder_key: bytes
     fingerprint_key: bytes
 
-    def fingerprint(self, value: str) -> bytes:
-        return fingerprint(value, self.fingerprint_key)
+    def fingerprint(self, value: str, *, identity: str | None = None) -> bytes:
+        """The value's fingerprint: of ``identity`` if given, else of ``normalise(value)``."""
+        return fingerprint(value, self.fingerprint_key, identity=identity)
 
-    def candidate(self, kind: str, value: str, counter: int) -> str:
-        msg = counter.to_bytes(4, "big") + kind.encode() + b"\x00" + normalise(value).encode()
+    def candidate(self, kind: str, value: str, counter: int, *,
+                  identity: str | None = None) -> str:
+        """The ``counter``-th candidate placeholder of the value (derived from ``identity``
+        if given, else from ``normalise(value)``)."""
+        ident = normalise(value) if identity is None else identity
+        msg = counter.to_bytes(4, "big") + kind.encode() + b"\x00" + ident.encode()
         digest = hmac.new(self.placeholder_key, msg, hashlib.sha256).hexdigest()
         return f"{{{kind}:p_{digest[:10]}}}"
 
@@ -104,18 +124,23 @@ class PiiVault:
 
     # -- entries --------------------------------------------------------------------------
     def lookup(self, conn: psycopg.Connection[Any], keys: TenantKeys,
-               value: str) -> str | None:
-        """The live placeholder of ``value``, if the vault holds it (no write)."""
-        row = store.placeholder_by_fingerprint(conn, keys.fingerprint(value))
+               value: str, *, identity: str | None = None) -> str | None:
+        """The live placeholder of ``value`` (of its ``identity`` if given), if the vault
+        holds it (no write)."""
+        row = store.placeholder_by_fingerprint(conn, keys.fingerprint(value, identity=identity))
         return row["placeholder"] if row else None
 
     def get_or_create(self, conn: psycopg.Connection[Any], tenant: str, keys: TenantKeys,
-                      kind: str, value: str, index: KnownEntityIndex) -> NewEntry:
+                      kind: str, value: str, index: KnownEntityIndex, *,
+                      identity: str | None = None) -> NewEntry:
         """The placeholder for ``value``: the existing one, or a new vault entry with its own
-        DEK (value and wrapped DEK in separate tables). ``index`` (under the tenant's
-        fingerprint key) gives the fingerprint, token count and first-token digest kept
-        for known-entity matching; a new value is added to it."""
-        entity = index.entity(kind, value)
+        DEK (value and wrapped DEK in separate tables). ``identity`` (a finding's
+        :attr:`~mnemovault.pii.detect.Finding.identity`; default ``normalise(value)``)
+        decides which values are one entry: the fingerprint and the placeholder derive
+        from it, while ``value`` as written is what gets encrypted. ``index`` (under the
+        tenant's fingerprint key) gives the fingerprint, token count and first-token
+        digest kept for known-entity matching; a new value is added to it."""
+        entity = index.entity(kind, value, identity=identity)
         fp = entity.fingerprint
         for counter in range(1000):
             # FOR SHARE: a concurrent shred of this value waits for this write (and then
@@ -123,7 +148,7 @@ class PiiVault:
             row = store.placeholder_by_fingerprint(conn, fp, lock=True)
             if row is not None:
                 return NewEntry(row["placeholder"], row["kind"], False)
-            placeholder = keys.candidate(kind, value, counter)
+            placeholder = keys.candidate(kind, value, counter, identity=identity)
             dek = secrets.token_bytes(32)
             sealed_value = seal(dek, value.encode("utf-8"), value_aad(tenant, placeholder))
             inserted = store.insert_value(

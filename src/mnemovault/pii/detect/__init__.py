@@ -6,22 +6,36 @@ Pure Python, no model and no database. Every detector maps ``text -> list[Findin
 or a caller's kind such as ``person``), a confidence in ``[0, 1]`` and the detector's name.
 :func:`detect_all` runs several detectors and resolves overlaps into disjoint spans.
 
+:func:`detect_all` runs the detectors on a folded view of the text (:func:`fold`: zero-width
+characters and soft hyphens dropped, full-width and other compatibility forms of letters,
+digits and punctuation folded to ASCII) and maps each finding back to the original text, its
+span covering the disguised value exactly. Each finding carries its value's *identity*
+(:attr:`Finding.identity`: a card's digits, a phone's E.164, an IBAN compact in upper case,
+an address case-folded, an IP compressed, a known entity's normal form), which the vault
+uses as the value's fingerprint and placeholder input, so every written form of one value
+is one vault entry.
+
 Built-in detectors, each validating its candidates rather than trusting a regex alone
 (precision first: a look-alike left in the text is cheaper to fix than a memory whose
 order number became a placeholder, but a value that *is* found is never cut in half):
 
 - :class:`EmailDetector`: a simplification of RFC 5321/5322 ``addr-spec`` (dot-atom local
-  part, DNS host name with an alphabetic TLD), anchored on each ``@`` so it stays linear.
+  part, DNS host name with an alphabetic or punycode TLD), anchored on each ``@`` so it
+  stays linear.
 - :class:`PhoneDetector`: one regex for candidate digit runs, each validated by
   ``phonenumbers.parse`` + ``is_valid_number`` (libphonenumber metadata), with the
   caller's default region (and optional fallback regions) for numbers written without a
-  country code.
+  country code; a run that is several numbers is split into them, a postal code in front
+  of a number is left out of its span, ``tel:``/``sms:``/``wa.me/`` links are read.
 - :class:`IbanDetector`: ISO 13616 via ``stdnum.iban`` (mod-97 check digits and the
-  country's BBAN format), compact or in space-separated groups of four.
+  country's BBAN format; national checks not required), compact or in groups of four
+  separated by spaces or dashes.
 - :class:`CardDetector`: 12-19 digits, Luhn (ISO/IEC 7812-1 annex B), a known issuer
-  prefix (IIN) and a length that issuer uses; groups separated consistently.
+  prefix (IIN) and a length that issuer uses, or any issuer after a card word; groups
+  separated consistently (a line break may stand for a separator); several in a row.
 - :class:`IpDetector`: IPv4 dotted quads and IPv6 (RFC 4291 section 2.2 text forms,
-  including RFC 5952 compressed ``::`` and embedded IPv4), validated by ``ipaddress``.
+  including RFC 5952 compressed ``::`` and embedded IPv4), validated by ``ipaddress``;
+  eight bare one- or two-digit groups (``1:2:3:4:5:6:7:8``) are not an address.
 - :class:`KnownEntityIndex`: values the tenant already knows (names, addresses, account
   numbers), matched by keyed fingerprints ``HMAC-SHA256(secret, normalise(value))`` of
   word n-grams, so no plaintext list is kept outside the vault.
@@ -32,8 +46,8 @@ Layout (arrows point down only: every module imports only :mod:`~.base` from thi
 package, none imports this package's ``__init__``, and ``__init__`` imports them all):
 
 - ``base.py``: :data:`KIND_RE`, :class:`Finding`, the :class:`Detector` protocol, the text
-  helpers the detectors share, and the comparison form :func:`normalise`,
-  :func:`token_count` and :func:`fingerprint`.
+  helpers the detectors share, the folded view :func:`fold`, and the comparison form
+  :func:`normalise`, :func:`token_count` and :func:`fingerprint`.
 - ``email.py``: :class:`EmailDetector`.
 - ``phone.py``: :class:`PhoneDetector`.
 - ``iban.py``: :class:`IbanDetector`.
@@ -67,6 +81,7 @@ from mnemovault.pii.detect.base import (
     Detector,
     Finding,
     fingerprint,
+    fold,
     normalise,
     token_count,
 )
@@ -97,6 +112,7 @@ __all__ = [
     "default_detectors",
     "detect_all",
     "fingerprint",
+    "fold",
     "luhn_valid",
     "normalise",
     "token_count",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from mnemovault.pii.detect.base import Finding, _char, _is_word
 
@@ -20,7 +21,10 @@ _AT = re.compile(r"(?<=[\w.%+-])@(?=[\w.-]{0,252}\.[^\W\d_]{2})")
 _LOCAL_OK = re.compile(r"[\w%+-]+(?:\.[\w%+-]+)*\Z")
 _DOMAIN_RUN = re.compile(r"[\w.-]{1,253}")
 _LABEL_OK = re.compile(r"[^\W_](?:[^\W_]|-){0,61}(?<!-)\Z")
-_TLD_OK = re.compile(r"[^\W\d_]{2,63}\Z")
+# An alphabetic TLD, or an internationalised one in its ASCII (punycode, RFC 3492) form.
+_TLD_OK = re.compile(
+    r"(?:[^\W\d_]{2,63}|[Xx][Nn]--[A-Za-z0-9](?:[A-Za-z0-9-]{0,57}[A-Za-z0-9])?)\Z"
+)
 # Retina image names (``icon@2x.png``) look like addresses; these are not TLDs.
 _FILE_SUFFIXES = frozenset(
     {
@@ -52,7 +56,13 @@ class EmailDetector:
     The local part is a dot-atom of at most 64 characters (``[\\w%+-]`` atoms joined by
     single dots); the domain is at least two DNS labels (letters, digits, inner hyphens,
     at most 63 characters each, 253 in all) ending in an alphabetic TLD of 2-63 letters
-    that is not a common file suffix. Scans outwards from each ``@``: linear in the text.
+    that is not a common file suffix, or an internationalised TLD in punycode
+    (``xn--p1ai``); labels may be punycode too (``xn--bcher-kva``). Scans outwards from
+    each ``@``: linear in the text.
+
+    The identity of a finding is the address NFKC-normalised and case-folded, with its
+    punycode labels decoded (``user@xn--bcher-kva.de`` and ``USER@bücher.de`` are one
+    address).
     """
 
     name = "email"
@@ -101,4 +111,26 @@ class EmailDetector:
         end = at + 1 + len(".".join(labels))
         if end - start > 254 or _is_word(_char(text, end)) or _char(text, end) == "@":
             return None
-        return Finding(start, end, "email", text[start:end], self.confidence, self.name)
+        value = text[start:end]
+        return Finding(start, end, "email", value, self.confidence, self.name, _identity(value))
+
+
+def _identity(address: str) -> str:
+    """``address`` case-folded (NFKC first), its ``xn--`` labels decoded (IDNA)."""
+    if not address.isascii():
+        address = unicodedata.normalize("NFKC", address)
+    local, _, domain = address.casefold().rpartition("@")
+    if "xn--" in domain:
+        domain = ".".join(_decode_label(label) for label in domain.split("."))
+    return f"{local}@{domain}"
+
+
+def _decode_label(label: str) -> str:
+    """A ``xn--`` label decoded from punycode (RFC 3492); others, and labels that are not
+    valid punycode, as they are."""
+    if not label.startswith("xn--"):
+        return label
+    try:
+        return label[4:].encode("ascii").decode("punycode").casefold()
+    except UnicodeError:
+        return label

@@ -18,6 +18,7 @@ from mnemovault.pii.detect.base import (
     _norm_gap,
     _norm_token,
     _spans,
+    _strip_invisible,
     fingerprint,
 )
 
@@ -69,8 +70,13 @@ class KnownEntityIndex:
     by fingerprint without a ``head`` are checked at every token (slower).
 
     Matching is on whole tokens: ``Ann`` is not found inside ``Anne`` (but is found in
-    ``Ann-Marie``, whose first token it is). Scripts written without spaces (Chinese,
-    Japanese, Thai) are one token per run and only match as whole runs.
+    ``Ann-Marie``, whose first token it is). Tokens are compared in their normal form
+    (:func:`normalise`), which folds Cyrillic/Greek look-alike letters inside a Latin word
+    (``Mаria`` with a Cyrillic ``а`` is ``Maria``); through ``detect_all`` the text is also
+    searched without invisible characters and with full-width forms folded, so
+    ``Ma\\u200bria`` (a zero-width space inside) is found too, its span covering the
+    invisible character. Scripts written without spaces (Chinese, Japanese, Thai) are one
+    token per run and only match as whole runs.
 
     The secret must be at least 16 bytes. If the same fingerprint is added with two kinds,
     the lexicographically smallest kind is kept (independent of insertion order).
@@ -95,19 +101,27 @@ class KnownEntityIndex:
     def __contains__(self, value: object) -> bool:
         return isinstance(value, str) and self.fingerprint(value) in self._entries
 
-    def fingerprint(self, value: str) -> bytes:
+    def fingerprint(self, value: str, *, identity: str | None = None) -> bytes:
         """:func:`fingerprint` under this index's secret."""
-        return fingerprint(value, self._secret)
+        return fingerprint(value, self._secret, identity=identity)
 
-    def entity(self, kind: str, value: str) -> KnownEntity:
-        """What :meth:`add` would store for ``value``, without adding it."""
+    def entity(self, kind: str, value: str, *, identity: str | None = None) -> KnownEntity:
+        """What :meth:`add` would store for ``value``, without adding it.
+
+        With ``identity`` (a :attr:`Finding.identity` such as a card's digits), the
+        fingerprint, token count and first-token digest are those of the identity, so the
+        entry is found again whichever way the value is written (a compact identity such
+        as ``4111111111111111`` also matches that form in text)."""
+        if identity is not None:
+            value = identity
+        value = _strip_invisible(value)
         spans = _spans(value)
         if not spans:
             raise ValueError("KnownEntityIndex: value has no letter or digit")
         if not KIND_RE.match(kind):
             raise ValueError("KnownEntityIndex: kind must match [a-z][a-z_]{0,31}")
         head = _head(self._head_key, _norm_token(value[spans[0][0] : spans[0][1]]))
-        return KnownEntity(kind, self.fingerprint(value), len(spans), head)
+        return KnownEntity(kind, self.fingerprint(value, identity=identity), len(spans), head)
 
     def add(self, kind: str, value: str) -> KnownEntity:
         """Know ``value`` as ``kind``; returns what was stored. ``ValueError`` if ``kind``
@@ -192,7 +206,10 @@ class KnownEntityIndex:
                 if hit is not None and hit[1] == n:
                     start, end = spans[i][0], spans[i + n - 1][1]
                     out.append(
-                        Finding(start, end, hit[0], text[start:end], self.confidence, self.name)
+                        Finding(
+                            start, end, hit[0], text[start:end], self.confidence, self.name,
+                            norm,
+                        )
                     )
         return out
 
