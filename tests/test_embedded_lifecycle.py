@@ -8,6 +8,7 @@ seconds, so the real server is used.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -183,7 +184,8 @@ def test_a_stale_postmaster_pid_of_a_reused_pid_is_handled(data_dir: Path) -> No
     first.wait_healthy()
     first.signal(signal.SIGKILL)
     for pid in postgres_of(data_dir):
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # it may have exited meanwhile
+            os.kill(pid, signal.SIGKILL)
     assert wait_gone(data_dir) == []
     pid_file = data_dir / "pg" / "postmaster.pid"
     with subprocess.Popen(["sleep", "120"]) as stranger:

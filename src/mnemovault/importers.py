@@ -10,6 +10,8 @@ Formats:
   speaker, ``dia_id`` in provenance, the session's date as creation time.
 - **JSON Lines**: one object a line, ``{"text", "subject"?, "scope"?, "timestamp"?,
   "source_id"?}``; ``timestamp`` is ISO 8601.
+- **JSON**: one JSON document (pretty-printed or not) holding one such record object or an
+  array of them.
 """
 
 from __future__ import annotations
@@ -90,6 +92,45 @@ def locomo_items(data: Any, source: str = "locomo") -> Iterator[MemoryInput]:
                 )
 
 
+def record_item(rec: Any, where: str, default_scope: str, source: str) -> MemoryInput:
+    """One record ``{text, subject?, scope?, timestamp?, source_id?}`` as an episode;
+    ``where`` names it in errors (``"line 3"``, ``"[2]"``).
+
+    Raises:
+        ValidationError: naming ``where`` and the field.
+    """
+    if not isinstance(rec, dict):
+        raise ValidationError(f'{where}: expected a JSON object with a "text" field, got '
+                              f"{_json_kind(rec)}", field=where)
+    if "text" not in rec:
+        raise ValidationError(f"{where}: text: field required", field=f"{where}.text")
+    ts = rec.get("timestamp")
+    try:
+        created = datetime.fromisoformat(ts) if ts else None
+    except (TypeError, ValueError):
+        raise ValidationError(f"{where}: timestamp: must be ISO 8601",
+                              field=f"{where}.timestamp") from None
+    prov: dict[str, Any] = {"source": source}
+    if rec.get("source_id") is not None:
+        prov["source_id"] = str(rec["source_id"])
+    try:
+        return MemoryInput(content=rec["text"], scope=rec.get("scope") or default_scope,
+                           subject=rec.get("subject"), created_at=created,
+                           provenance=Provenance.model_validate(prov))
+    except PydanticValidationError as exc:
+        e = exc.errors()[0]
+        field = ".".join(str(p) for p in e["loc"])
+        raise ValidationError(
+            f"{where}: {field}: {e['msg'].removeprefix('Value error, ')}",
+            field=f"{where}.{field}") from None
+
+
+def _json_kind(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
 def jsonl_items(lines: Iterator[str], default_scope: str, source: str) -> Iterator[MemoryInput]:
     """Yield one episode per JSON Lines record ``{text, subject?, scope?, timestamp?,
     source_id?}``. Blank lines are skipped.
@@ -105,52 +146,87 @@ def jsonl_items(lines: Iterator[str], default_scope: str, source: str) -> Iterat
         except json.JSONDecodeError as exc:
             raise ValidationError(f"line {lineno}: not valid JSON ({exc.msg})",
                                   field=f"line {lineno}") from None
-        if not isinstance(rec, dict) or "text" not in rec:
-            raise ValidationError(f"line {lineno}: text: field required",
-                                  field=f"line {lineno}.text")
-        ts = rec.get("timestamp")
-        try:
-            created = datetime.fromisoformat(ts) if ts else None
-        except (TypeError, ValueError):
-            raise ValidationError(f"line {lineno}: timestamp: must be ISO 8601",
-                                  field=f"line {lineno}.timestamp") from None
-        prov: dict[str, Any] = {"source": source}
-        if rec.get("source_id") is not None:
-            prov["source_id"] = str(rec["source_id"])
-        try:
-            yield MemoryInput(content=rec["text"], scope=rec.get("scope") or default_scope,
-                              subject=rec.get("subject"), created_at=created,
-                              provenance=Provenance.model_validate(prov))
-        except PydanticValidationError as exc:
-            e = exc.errors()[0]
-            field = ".".join(str(p) for p in e["loc"])
-            raise ValidationError(
-                f"line {lineno}: {field}: {e['msg'].removeprefix('Value error, ')}",
-                field=f"line {lineno}.{field}") from None
+        yield record_item(rec, f"line {lineno}", default_scope, source)
+
+
+def json_items(data: Any, default_scope: str, source: str) -> Iterator[MemoryInput]:
+    """Yield the records of a JSON document: one record object, or an array of them (the
+    JSON Lines record shape); errors name the array index (``[2].text``)."""
+    if isinstance(data, dict):
+        yield record_item(data, "[0]", default_scope, source)
+        return
+    if not isinstance(data, list):
+        raise ValidationError(f"file: expected a JSON object or an array of objects, got "
+                              f"{_json_kind(data)}", field="file")
+    for i, rec in enumerate(data):
+        yield record_item(rec, f"[{i}]", default_scope, source)
+
+
+def _is_locomo(data: Any) -> bool:
+    """A LoCoMo file: an array of samples (or one sample) with a ``conversation``."""
+    first = data[0] if isinstance(data, list) and data else data
+    return isinstance(first, dict) and "conversation" in first and "text" not in first
+
+
+EXPECTED = ("JSON Lines (one object a line: {\"text\", \"subject\"?, \"scope\"?, "
+            "\"timestamp\"?, \"source_id\"?}), a JSON document holding one such object or "
+            "an array of them, or a LoCoMo file")
 
 
 def read_file(path: Path, *, default_scope: str = "default", fmt: str = "auto") -> ImportPlan:
-    """Read a LoCoMo JSON file or a JSON Lines file (``fmt`` = auto, locomo or jsonl).
+    """Read a conversation file (``fmt`` = auto, jsonl, json or locomo):
+
+    - ``jsonl``: JSON Lines, one record a line;
+    - ``json``: one JSON document, a record object or an array of records (pretty-printed
+      or not);
+    - ``locomo``: a LoCoMo file (a JSON array of samples; one sample object works too).
+
+    ``auto`` reads the file as one JSON document first: an array (or object) of LoCoMo
+    samples is ``locomo``, of records ``json`` (a one-line file holding one record is
+    reported as ``jsonl``); a file that is not one JSON document is read as JSON Lines.
 
     Raises:
-        ValidationError: unreadable file or a bad record (names the line or sample).
+        ValidationError: unreadable file, a bad record (names the line, index or sample),
+            or a file that is none of these (the message says what it got and what is
+            expected).
     """
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ValidationError(f"file: cannot read {path.name} as UTF-8 ({type(exc).__name__})",
                               field="file") from None
-    if fmt == "auto":
-        fmt = "locomo" if text.lstrip().startswith("[") else "jsonl"
+    if fmt not in ("auto", "jsonl", "json", "locomo"):
+        raise ValidationError("format: must be auto, jsonl, json or locomo", field="format")
     source = path.name
-    if fmt == "locomo":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValidationError(f"file: not valid JSON ({exc.msg} at line {exc.lineno})",
-                                  field="file") from None
-        return ImportPlan("locomo", list(locomo_items(data, source="locomo")))
     if fmt == "jsonl":
         return ImportPlan("jsonl", list(jsonl_items(iter(text.splitlines()), default_scope,
                                                      source)))
-    raise ValidationError("format: must be auto, locomo or jsonl", field="format")
+    stripped = text.strip()
+    try:
+        data = json.loads(stripped) if stripped else None
+        doc_error = None if stripped else "the file is empty"
+    except json.JSONDecodeError as exc:
+        data, doc_error = None, f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    if fmt == "auto" and doc_error is not None:
+        if not stripped:
+            raise ValidationError(f"file: {path.name} is empty; expected {EXPECTED}",
+                                  field="file")
+        try:
+            return ImportPlan("jsonl", list(jsonl_items(iter(text.splitlines()),
+                                                         default_scope, source)))
+        except ValidationError as exc:
+            # a document that starts like JSON but is neither: say both readings failed
+            if stripped[0] in "[{" and "\n" in stripped and exc.field == "line 1":
+                raise ValidationError(
+                    f"file: {path.name} is neither one JSON document ({doc_error}) nor JSON "
+                    f"Lines ({exc.message}); expected {EXPECTED}", field="file") from None
+            raise
+    if doc_error is not None:
+        raise ValidationError(f"file: not valid JSON ({doc_error}); expected {EXPECTED}",
+                              field="file")
+    if fmt == "locomo" or (fmt == "auto" and _is_locomo(data)):
+        samples = [data] if isinstance(data, dict) else data
+        return ImportPlan("locomo", list(locomo_items(samples, source="locomo")))
+    items = list(json_items(data, default_scope, source))
+    one_line = isinstance(data, dict) and "\n" not in stripped
+    return ImportPlan("jsonl" if fmt == "auto" and one_line else "json", items)

@@ -256,3 +256,26 @@ class RetentionResult(BaseModel):
     audit_seq: int | None
     error: dict[str, Any] | None = None
     """Set when this tenant's run failed (``code``, ``message``): nothing was changed."""
+
+
+class WakeState(BaseModel):
+    """An agent's waking state: ``pack`` is one fenced context pack (the rule, then each
+    record fenced) holding ``records`` (pinned first, then the most used facts, then the
+    most recent), within ``budget`` tokens (``tokens`` used, approximated as characters / 4
+    rounded up); ``left_out`` counts candidates that did not fit."""
+
+    scope: str
+    subject: str | None
+    budget: int
+    tokens: int
+    records: list[Memory]
+    left_out: int
+    pack: str
+
+
+class TimelinePage(BaseModel):
+    """A page of a timeline, oldest first by creation time; pass ``next_cursor`` back as
+    ``cursor`` for the next page (None: this was the last)."""
+
+    items: list[Memory]
+    next_cursor: str | None

@@ -71,6 +71,10 @@ class Runtime:
         """Connect (starting the embedded server if needed), migrate, check the embedder
         and the key ring.
 
+        The embedder defaults to :func:`~mnemovault.embed.make_embedder`'s lazy one: its
+        model and dimension are checked here, its model is loaded on the first ``embed()``
+        (so opening for a command that never embeds does not import torch).
+
         Raises:
             ConfigError: the database was built with a different embedder, or holds data
                 keys under a KEK version the key ring lacks.

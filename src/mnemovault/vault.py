@@ -8,6 +8,7 @@ finds a feature's rules there, not here:
 remember, remember_many     :mod:`mnemovault.memories.write` (the write path's steps)
 get, list                   :mod:`mnemovault.memories.read`
 recall                      :mod:`mnemovault.recall.service`
+wake, timeline              :mod:`mnemovault.recall.wake`
 forget, forget_preview,     :mod:`mnemovault.governance.service` (lifecycle in
 delete, pin, unpin,         :mod:`~mnemovault.governance.forget`, score in
 run_retention(_all)         :mod:`~mnemovault.governance.retention`)
@@ -54,12 +55,15 @@ from mnemovault.models import (
     RecallFilters,
     Receipt,
     RetentionResult,
+    TimelinePage,
+    WakeState,
 )
 from mnemovault.pii import service as pii
 from mnemovault.pii.crypto import KeyRing
 from mnemovault.pii.detect import Detector
 from mnemovault.pii.vault import PiiVault
 from mnemovault.recall import service as recall_service
+from mnemovault.recall import wake as wake_mod
 from mnemovault.recall.ranking import FusionWeights
 from mnemovault.runtime import Runtime, load_keyring
 from mnemovault.store.db import Database
@@ -215,6 +219,22 @@ class MemoryVault:
         """Memories oldest id first, keyset-paginated (``next_cursor``); limit 1..100."""
         return read.page(self.rt, self._who(principal), scope=scope, subject=subject,
                          limit=limit, cursor=cursor, include_superseded=include_superseded)
+
+    def wake(self, *, scope: str, subject: str | None = None, budget: int = 1000,
+             principal: Principal | None = None) -> WakeState:
+        """An agent's waking state: pinned, most used facts, most recent, as one fenced
+        context pack within ``budget`` tokens; see :func:`mnemovault.recall.wake.wake`."""
+        return wake_mod.wake(self.rt, self._who(principal), scope=scope, subject=subject,
+                             budget=budget)
+
+    def timeline(self, *, scope: str, subject: str | None = None,
+                 since: datetime | None = None, until: datetime | None = None,
+                 limit: int = 50, cursor: str | None = None,
+                 principal: Principal | None = None) -> TimelinePage:
+        """A subject's memories in time order, keyset paged; see
+        :func:`mnemovault.recall.wake.timeline`."""
+        return wake_mod.timeline(self.rt, self._who(principal), scope=scope, subject=subject,
+                                 since=since, until=until, limit=limit, cursor=cursor)
 
     # -- forget, pin, retention (mnemovault.governance.service) ---------------------------
     def forget_preview(self, ids: Sequence[uuid.UUID | str] | None = None, *,

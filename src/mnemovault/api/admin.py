@@ -9,12 +9,19 @@ from fastapi.responses import StreamingResponse
 from mnemovault.auth import Principal
 from mnemovault.vault import MemoryVault
 
+# a JSON Lines body (one JSON object a line), documented as what it is
+NDJSON_RESPONSE: dict[str, Any] = {
+    "description": "JSON Lines, one object a line",
+    "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+}
+
 
 def audit_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:
     router = APIRouter(prefix="/v1/admin/audit", tags=["audit"])
     Auth = Annotated[Principal, Depends(principal)]
 
-    @router.get("/export")
+    @router.get("/export", response_class=StreamingResponse,
+                responses={200: NDJSON_RESPONSE})
     def export(who: Auth,
                start: Annotated[int | None, Query(alias="from", ge=1)] = None,
                end: Annotated[int | None, Query(alias="to", ge=1)] = None) -> StreamingResponse:

@@ -6,7 +6,10 @@ one JSON shape, ``{"error": {"code", "message", "field"?, "details"?}}``, mapped
 """
 
 
+import html
+import json
 import logging
+import secrets
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -15,7 +18,7 @@ from typing import Annotated, Any
 import psycopg
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -94,6 +97,150 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+# -- /docs: one self-contained page (no CDN, no assets), rendered from the OpenAPI document
+_DOCS_CSS = """
+body{font:15px/1.45 system-ui,sans-serif;margin:0 auto;max-width:70em;padding:0 1em 4em;color:#222}
+h1{margin-bottom:.2em}h2{border-bottom:1px solid #ccc;margin-top:2em}
+details.op{border:1px solid #ddd;border-radius:4px;margin:.4em 0;padding:.3em .6em}
+summary{cursor:pointer}code,pre,textarea,input{font:13px ui-monospace,monospace}
+pre{background:#f6f6f6;padding:.5em;overflow:auto;max-height:30em}
+.m{display:inline-block;min-width:4.5em;font-weight:bold;text-transform:uppercase}
+.get{color:#06c}.post{color:#080}.delete{color:#b00}.put,.patch{color:#a60}
+table{border-collapse:collapse;margin:.4em 0}td,th{border:1px solid #ddd;padding:2px 6px;
+text-align:left;vertical-align:top}textarea{width:100%;min-height:6em}.doc{white-space:pre-wrap}
+#key{width:40em}
+"""
+
+_DOCS_JS = """
+const key = document.getElementById('key');
+key.value = sessionStorage.getItem('mnemovault-key') || '';
+key.addEventListener('change', () => sessionStorage.setItem('mnemovault-key', key.value));
+for (const form of document.querySelectorAll('form.try')) {
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const out = form.querySelector('pre.out');
+    let path = form.dataset.path;
+    const query = new URLSearchParams();
+    for (const input of form.querySelectorAll('input[data-in]')) {
+      if (input.value === '') continue;
+      if (input.dataset.in === 'path') {
+        path = path.replace('{' + input.name + '}', encodeURIComponent(input.value));
+      } else { query.append(input.name, input.value); }
+    }
+    const headers = {};
+    if (key.value) headers['Authorization'] = 'Bearer ' + key.value.trim();
+    const init = {method: form.dataset.method.toUpperCase(), headers};
+    const body = form.querySelector('textarea');
+    if (body) { headers['Content-Type'] = 'application/json'; init.body = body.value; }
+    const qs = query.toString();
+    out.textContent = '…';
+    try {
+      const r = await fetch(path + (qs ? '?' + qs : ''), init);
+      out.textContent = r.status + ' ' + r.statusText + '\\n\\n' + await r.text();
+    } catch (e) { out.textContent = String(e); }
+  });
+}
+"""
+
+
+def _schema_text(schema: dict[str, Any]) -> str:
+    """A short, escaped description of a JSON schema: type, bounds, enum, referenced
+    component (linked to its definition further down)."""
+    if "$ref" in schema:
+        name = html.escape(schema["$ref"].rsplit("/", 1)[-1])
+        return f'<a href="#schema-{name}">{name}</a>'
+    for key in ("anyOf", "oneOf", "allOf"):
+        if key in schema:
+            return " | ".join(_schema_text(s) for s in schema[key])
+    kind = str(schema.get("type", "any"))
+    if kind == "array":
+        kind = f"array of {_schema_text(schema.get('items', {}))}"
+    else:
+        kind = html.escape(kind)
+    rules = [f"{label} {schema[k]}" for k, label in (
+        ("minLength", "min length"), ("maxLength", "max length"), ("minimum", "≥"),
+        ("maximum", "≤"), ("exclusiveMinimum", ">"), ("exclusiveMaximum", "<"),
+        ("minItems", "min items"), ("maxItems", "max items"), ("format", "format"),
+        ("pattern", "pattern"), ("default", "default")) if k in schema]
+    if "enum" in schema:
+        rules.append("one of " + ", ".join(map(str, schema["enum"])))
+    return kind + (f" <small>({html.escape('; '.join(rules))})</small>" if rules else "")
+
+
+def _docs_operation(method: str, path: str, op: dict[str, Any]) -> str:
+    e = html.escape
+    params = [p for p in op.get("parameters", []) if p["name"].lower() != "authorization"]
+    rows = "".join(
+        f"<tr><td><code>{e(p['name'])}</code></td><td>{e(p['in'])}</td>"
+        f"<td>{'yes' if p.get('required') else ''}</td>"
+        f"<td>{_schema_text(p.get('schema', {}))}</td></tr>" for p in params)
+    parts = [f'<details class="op"><summary><span class="m {e(method)}">{e(method)}</span>'
+             f"<code>{e(path)}</code> {e(op.get('summary', ''))}</summary>"]
+    if op.get("description"):
+        parts.append(f'<div class="doc">{e(op["description"])}</div>')
+    if rows:
+        parts.append("<table><tr><th>parameter</th><th>in</th><th>required</th>"
+                     f"<th>schema</th></tr>{rows}</table>")
+    body = op.get("requestBody", {}).get("content", {}).get("application/json")
+    if body is not None:
+        parts.append(f"<p>JSON body: {_schema_text(body.get('schema', {}))}</p>")
+    responses = "".join(
+        f"<tr><td>{e(code)}</td><td>{e(r.get('description', ''))}</td><td>"
+        + ", ".join(f"{e(ctype)}: {_schema_text(c.get('schema', {}))}"
+                    for ctype, c in r.get("content", {}).items()) + "</td></tr>"
+        for code, r in op.get("responses", {}).items())
+    parts.append(f"<table><tr><th>status</th><th>meaning</th><th>body</th></tr>{responses}"
+                 "</table>")
+    inputs = "".join(
+        f'<label><code>{e(p["name"])}</code> ({e(p["in"])}) '
+        f'<input name="{e(p["name"])}" data-in="{e(p["in"])}"></label><br>' for p in params)
+    textarea = "<textarea>{}</textarea>" if body is not None else ""
+    parts.append(f'<form class="try" data-method="{e(method)}" data-path="{e(path)}">'
+                 f'{inputs}{textarea}<button>Send</button><pre class="out"></pre></form>'
+                 "</details>")
+    return "".join(parts)
+
+
+def docs_page(doc: dict[str, Any], nonce: str) -> str:
+    """The API reference as one HTML page with inline style and script (``nonce`` for
+    the Content-Security-Policy): every operation by tag (parameters, body, responses, a
+    form to send it with a bearer key) and every schema. It loads nothing, so it works
+    offline; the machine-readable document stays at ``/openapi.json``."""
+    e = html.escape
+    info = doc.get("info", {})
+    by_tag: dict[str, list[str]] = {}
+    for path, ops in doc.get("paths", {}).items():
+        for method, op in ops.items():
+            tag = (op.get("tags") or ["other"])[0]
+            by_tag.setdefault(tag, []).append(_docs_operation(method, path, op))
+    sections = "".join(f"<h2>{e(tag)}</h2>{''.join(ops)}" for tag, ops in by_tag.items())
+    schemas = "".join(
+        f'<details id="schema-{e(name)}"><summary><code>{e(name)}</code></summary>'
+        f"<pre>{e(json.dumps(schema, indent=2, ensure_ascii=False))}</pre></details>"
+        for name, schema in doc.get("components", {}).get("schemas", {}).items())
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{e(info.get('title', 'API'))} API</title>"
+        f'<style nonce="{nonce}">{_DOCS_CSS}</style></head><body>'
+        f"<h1>{e(info.get('title', 'API'))} <small>{e(info.get('version', ''))}</small></h1>"
+        f"<p>{e(info.get('description', ''))} The OpenAPI document: "
+        '<a href="/openapi.json">/openapi.json</a>.</p>'
+        "<p>Every operation but <code>/health</code> needs "
+        "<code>Authorization: Bearer mvk_…</code> (<code>mnemovault keys create</code>). "
+        'Key for the forms below (kept in this tab only): <input id="key" '
+        'autocomplete="off"></p>'
+        f"{sections}<h2>schemas</h2>{schemas}"
+        f'<script nonce="{nonce}">{_DOCS_JS}</script></body></html>')
+
+
+def docs_csp(nonce: str) -> str:
+    """The docs page's Content-Security-Policy: its own inline style and script, requests
+    to this origin only, nothing loaded from anywhere."""
+    return (f"default-src 'none'; style-src 'nonce-{nonce}'; script-src 'nonce-{nonce}'; "
+            "connect-src 'self'; img-src 'self' data:; form-action 'none'; base-uri 'none'; "
+            "frame-ancestors 'none'")
+
+
 Name = Annotated[str | None, Query(min_length=1, max_length=200)]
 Placeholder = Annotated[str, Path(min_length=1, max_length=64)]
 
@@ -144,7 +291,8 @@ def create_app(vault: MemoryVault) -> FastAPI:
     """Build the app around an open vault (the caller owns its lifecycle)."""
     app = FastAPI(title="mnemovault", version=__version__,
                   description="Governed long-term memory for AI agents.",
-                  dependencies=[Depends(reject_unknown_query)], responses=ERROR_RESPONSES)
+                  dependencies=[Depends(reject_unknown_query)], responses=ERROR_RESPONSES,
+                  docs_url=None, redoc_url=None)  # /docs below: FastAPI's pages use a CDN
 
     @app.middleware("http")
     async def request_id_mw(request: Request, call_next: Callable[[Request], Any]) -> Any:
@@ -213,6 +361,13 @@ def create_app(vault: MemoryVault) -> FastAPI:
 
     def rid(request: Request) -> str:
         return str(request.state.request_id)
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        """The API reference (self-contained; see :func:`docs_page`); no authentication."""
+        nonce = secrets.token_urlsafe(16)
+        return HTMLResponse(docs_page(app.openapi(), nonce),
+                            headers={"Content-Security-Policy": docs_csp(nonce)})
 
     @app.get("/health", tags=["health"])
     def health() -> dict[str, Any]:
@@ -295,8 +450,14 @@ def create_app(vault: MemoryVault) -> FastAPI:
     from mnemovault.api.admin import audit_router
     from mnemovault.api.chat import build_router as chat_router
     from mnemovault.api.keys import keys_router
+    from mnemovault.api.openai_compat import openai_router
+    from mnemovault.api.wake import wake_router
+    from mnemovault.mcp import http_router as mcp_router
 
     app.include_router(audit_router(vault, principal))
     app.include_router(keys_router(vault, principal))
+    app.include_router(wake_router(vault, principal))
     app.include_router(chat_router(vault, principal))
+    app.include_router(openai_router(vault, principal))
+    app.include_router(mcp_router(vault))  # /mcp: MCP over streamable HTTP
     return app

@@ -13,6 +13,7 @@ command group and exposes ``register(app)``:
 * :mod:`.serve`      -- ``serve``, ``demo``
 * :mod:`.governance` -- ``forget``, ``pin``, ``unpin``, ``retention run``
 * :mod:`.chat`       -- ``chat``
+* :mod:`.wake`       -- ``wake``, ``timeline``
 * :mod:`.db`         -- ``db upgrade``
 * :mod:`.keys`       -- ``keys create``, ``kek rotate``
 * :mod:`.pii`        -- ``vault list|shred|export``
@@ -37,10 +38,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError as PydanticValidationError
 
-from mnemovault.cli import audit, chat, db, governance, keys, memories, pii, serve
-from mnemovault.cli._common import State
+from mnemovault.cli import audit, chat, db, governance, keys, mcp, memories, pii, serve, wake
+from mnemovault.cli._common import State, _fail
 from mnemovault.config import Settings
+from mnemovault.errors import ConfigError, ValidationError
 
 __all__ = ["app", "main"]
 
@@ -51,7 +54,8 @@ app = typer.Typer(help="mnemovault: governed long-term memory for AI agents.",
 @app.callback()
 def main_callback(
     ctx: typer.Context,
-    data_dir: Annotated[Path | None, typer.Option(
+    data_dir: Annotated[str | None, typer.Option(
+        metavar="DIR",
         help="Embedded database directory (default: the user data dir). Ignored with "
              "DATABASE_URL.")] = None,
     tenant: Annotated[str | None, typer.Option(help="Tenant for local commands.")] = None,
@@ -60,17 +64,27 @@ def main_callback(
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     warnings.filterwarnings("ignore", category=FutureWarning)
-    settings = Settings()
+    if data_dir is not None and not data_dir.strip():
+        # `--data-dir "$DIR"` with DIR unset: never fall back to "." or the default dir
+        _fail(ValidationError("data-dir: must not be empty", field="data_dir"))
+    try:
+        settings = Settings()
+    except PydanticValidationError as exc:
+        e = exc.errors()[0]
+        name = ".".join(str(p) for p in e["loc"]) or "settings"
+        _fail(ConfigError(f"{name}: {e['msg']} (check the MNEMOVAULT_* environment)",
+                          field=name))
+        return
     updates: dict[str, Any] = {}
     if data_dir is not None:
-        updates["data_dir"] = data_dir
+        updates["data_dir"] = Path(data_dir)
     if tenant is not None:
         updates["tenant"] = tenant
     ctx.obj = State(settings.model_copy(update=updates) if updates else settings)
 
 
 # Registration order is the order of ``mnemovault --help``.
-_GROUPS = (db, keys, pii, audit, memories, serve, governance, chat)
+_GROUPS = (db, keys, pii, audit, memories, serve, governance, chat, wake, mcp)
 for _group in _GROUPS:
     _group.register(app)
 

@@ -26,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mnemovault.config import Settings
-from mnemovault.errors import MnemoError, Unavailable
+from mnemovault.errors import ConfigError, MnemoError, NotFound, Unavailable
 
 out = Console()
 err = Console(stderr=True)
@@ -44,15 +44,45 @@ def _state(ctx: typer.Context) -> State:
     return ctx.ensure_object(State)
 
 
+def _embedded_database_missing(settings: Settings) -> Path | None:
+    """The embedded database directory (``<data dir>/pg``, :mod:`mnemovault.store.embedded`)
+    when it does not exist yet and ``DATABASE_URL`` is unset, else None."""
+    if settings.database_url:
+        return None
+    pgdata = Path(settings.data_dir).expanduser() / "pg"
+    return None if pgdata.is_dir() else pgdata
+
+
+def _require_database(settings: Settings) -> None:
+    """Refuse to go on when the data dir holds no database yet: a command that only reads
+    (or changes what exists) must not create an empty one in a mistyped ``--data-dir``.
+
+    Raises:
+        ConfigError: no database (CLI exit 7), naming the directory and what creates one.
+    """
+    pgdata = _embedded_database_missing(settings)
+    if pgdata is not None:
+        raise ConfigError(
+            f"data-dir: no database in {pgdata.parent} (check --data-dir or "
+            "MNEMOVAULT_DATA_DIR); commands that write (remember, import, demo, db upgrade) "
+            "create one",
+            field="data_dir")
+
+
 @contextmanager
-def _vault(ctx: typer.Context) -> Iterator[Any]:
+def _vault(ctx: typer.Context, *, create: bool = True) -> Iterator[Any]:
+    """Open the vault for one command. With ``create=False`` (commands that only read, or
+    change what exists) a data dir without a database fails with exit 7 instead of getting
+    a new, empty one. The embedder's model is loaded only if the command embeds."""
     import psycopg
 
     from mnemovault.vault import MemoryVault
 
     settings = _state(ctx).settings
+    if not create:
+        _require_database(settings)
     try:
-        with err.status("opening the database and loading the embedder…"):
+        with err.status("opening the database…"):
             vault = MemoryVault.open(settings)
     except (psycopg.Error, OSError) as exc:
         raise Unavailable(f"database: cannot open ({type(exc).__name__}); check DATABASE_URL "
@@ -64,8 +94,23 @@ def _vault(ctx: typer.Context) -> Iterator[Any]:
 
 
 def _fail(exc: MnemoError) -> None:
-    err.print(f"[bold red]error[/] ({exc.code}): {exc.message}", highlight=False)
+    err.print(f"[bold red]error[/] ({exc.code}): ", Text(exc.message), sep="",
+              highlight=False, soft_wrap=True)  # unwrapped: paths and ids stay whole
     raise typer.Exit(EXIT_CODES.get(exc.code, 1))
+
+
+def _not_found(missing: list[Any], what: str, field: str) -> None:
+    """Exit 3 (as the endpoints answer 404) when any of the ids or placeholders a command
+    was given does not exist; the others have been handled (like ``rm a missing``)."""
+    if missing:
+        _fail(NotFound(f"{field}: no {what} " + " ".join(str(m) for m in missing),
+                       field=field))
+
+
+def _declined() -> None:
+    """The user answered no to a confirmation: nothing was done, exit 5 (refused)."""
+    err.print("nothing was done", highlight=False)
+    raise typer.Exit(EXIT_CODES["refused"])
 
 
 def _emit_json(obj: Any) -> None:

@@ -3,7 +3,8 @@
     mnemovault chat "what do I know about Lisbon?" --scope me
 
 Calls :meth:`~mnemovault.vault.MemoryVault.chat_stream` (as the HTTP API does), as the
-local operator (owner of ``--tenant``).
+local operator (owner of ``--tenant``). Chat answers from memory, so it does not create a
+database: a data dir without one exits 7 (``remember`` or ``import`` first).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def chat(
 ) -> None:
     """Chat with memory: the answer streams to stdout."""
     try:
-        with _vault(ctx) as vault:
+        with _vault(ctx, create=False) as vault:
             stream = vault.chat_stream(message, scope=scope, subject=subject, k=k,
                                        reveal=reveal, store=store)
             if as_json:

@@ -8,7 +8,9 @@
     mnemovault retention run [--dry-run] [--all-tenants]
 
 Every command calls :class:`~mnemovault.vault.MemoryVault` (the same functions as the HTTP
-API), as the local operator (owner of ``--tenant``).
+API), as the local operator (owner of ``--tenant``). An id that does not exist exits 3 (the
+others are still handled), as the endpoints answer 404; none of these commands creates a
+database (exit 7 when the data dir has none).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mnemovault.cli._common import _emit_json, _fail, _vault, err, out
+from mnemovault.cli._common import _emit_json, _fail, _not_found, _vault, err, out
 from mnemovault.errors import MnemoError, ValidationError
 
 
@@ -60,7 +62,7 @@ def forget(
         ids, query = _ids_or_query(targets)
         if query is not None and scope is None:
             scope = "default"
-        with _vault(ctx) as vault:
+        with _vault(ctx, create=False) as vault:
             if preview:
                 rows = vault.forget_preview(ids or None, query=query, scope=scope)
             else:
@@ -72,22 +74,25 @@ def forget(
         _fail(exc)
         return
     if preview:
+        named = {str(r["id"]) for r in rows if r["reason"] == "named"}
+        missing = [i for i in ids if str(i) not in named]
         if as_json:
             _emit_json(rows)
-            return
-        if not rows:
+        elif not rows:
             out.print("nothing would be forgotten", highlight=False)
-            return
-        for r in rows:
-            flags = ", ".join([r["type"], *(["archived"] if r["archived"] else []),
-                               *([r["reason"]] if r["reason"] != "named" else [])])
-            out.print(f"{r['id']} ({flags}): {' '.join(r['excerpt'].split())}",
-                      highlight=False, markup=False)
-        out.print(f"{len(rows)} memories would be forgotten; nothing was deleted",
-                  highlight=False)
+        else:
+            for r in rows:
+                flags = ", ".join([r["type"], *(["archived"] if r["archived"] else []),
+                                   *([r["reason"]] if r["reason"] != "named" else [])])
+                out.print(f"{r['id']} ({flags}): {' '.join(r['excerpt'].split())}",
+                          highlight=False, markup=False)
+            out.print(f"{len(rows)} memories would be forgotten; nothing was deleted",
+                      highlight=False)
+        _not_found(missing, "memory with id", "targets")
         return
     if as_json:
         _emit_json(res.model_dump(mode="json"))
+        _not_found(res.not_found, "memory with id", "targets")
         return
     out.print(f"forgot {len(res.deleted)} memories ({len(res.derived)} derived), "
               f"shredded {len(res.shredded)} vault values, removed "
@@ -95,12 +100,13 @@ def forget(
               + (f"; {len(res.not_found)} ids not found" if res.not_found else "")
               + (f" (audit seq {res.audit_seq})" if res.audit_seq else ""),
               highlight=False)
+    _not_found(res.not_found, "memory with id", "targets")
 
 
 def _pin(ctx: typer.Context, ids: list[str], scope: str | None, as_json: bool,
          pinned: bool) -> None:
     try:
-        with _vault(ctx) as vault:
+        with _vault(ctx, create=False) as vault:
             fn = vault.pin if pinned else vault.unpin
             res = fn(ids, scope=scope, trigger="cli")
     except MnemoError as exc:
@@ -108,13 +114,12 @@ def _pin(ctx: typer.Context, ids: list[str], scope: str | None, as_json: bool,
         return
     if as_json:
         _emit_json(res.model_dump(mode="json"))
-        return
-    verb = "pinned" if pinned else "unpinned"
-    out.print(f"{verb} {len(res.changed)} memories"
-              + (f"; {len(res.not_found)} ids not found" if res.not_found else ""),
-              highlight=False)
-    if not res.changed:
-        raise typer.Exit(3)
+    else:
+        verb = "pinned" if pinned else "unpinned"
+        out.print(f"{verb} {len(res.changed)} memories"
+                  + (f"; {len(res.not_found)} ids not found" if res.not_found else ""),
+                  highlight=False)
+    _not_found(res.not_found, "memory with id", "ids")
 
 
 def pin(
@@ -148,7 +153,7 @@ def retention_run(
     """Run the retention job: archive low-scoring unpinned memories (and forget unused ones
     when MNEMOVAULT_RETENTION_DELETE_UNUSED_DAYS is set). Schedule it with cron."""
     try:
-        with _vault(ctx) as vault:
+        with _vault(ctx, create=False) as vault:
             results = (vault.run_retention_all(dry_run=dry_run) if all_tenants
                        else [vault.run_retention(dry_run=dry_run)])
     except MnemoError as exc:

@@ -9,8 +9,18 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from mnemovault.cli._common import _emit_json, _fail, _import, _print_hits, _vault, err, out
-from mnemovault.errors import MnemoError, ValidationError
+from mnemovault.cli._common import (
+    _declined,
+    _emit_json,
+    _fail,
+    _import,
+    _not_found,
+    _print_hits,
+    _vault,
+    err,
+    out,
+)
+from mnemovault.errors import MnemoError, NotFound, ValidationError
 
 
 def remember(
@@ -58,7 +68,7 @@ def recall(
 ) -> None:
     """Recall the memories that best match a query."""
     try:
-        with _vault(ctx) as vault:
+        with _vault(ctx, create=False) as vault:
             hits = vault.recall(query, scope=scope, k=k, reveal=reveal,
                                 filters={"subject": subject} if subject else None)
     except MnemoError as exc:
@@ -79,7 +89,7 @@ def list_cmd(
 ) -> None:
     """List memories, oldest first, one page at a time."""
     try:
-        with _vault(ctx) as vault:
+        with _vault(ctx, create=False) as vault:
             page = vault.list(scope=scope, limit=limit, cursor=cursor)
     except MnemoError as exc:
         _fail(exc)
@@ -94,7 +104,7 @@ def list_cmd(
         table.add_row(str(m.id), Text(m.scope), m.type, Text(m.content[:120]))
     out.print(table)
     if page.next_cursor:
-        out.print(f"next page: --cursor {page.next_cursor}")
+        out.print(f"next page: --cursor {page.next_cursor}", soft_wrap=True, highlight=False)
 
 
 def delete(
@@ -103,18 +113,20 @@ def delete(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Forget memories by id (all their versions too), after a preview."""
+    """Forget memories by id (all their versions too), after a preview.
+
+    Exit 3 if an id does not exist (the others are forgotten), 5 if you answer no."""
     try:
-        with _vault(ctx) as vault:
+        with _vault(ctx, create=False) as vault:
             preview = vault.forget_preview(ids)
             if not preview:
-                raise ValidationError("ids: none of these ids exists", field="ids")
+                raise NotFound("ids: no memory with any of these ids", field="ids")
             if not yes:
                 for row in preview:
-                    err.print(f"  {row['id']} {row['type']} {row['status']}: {row['excerpt']}",
-                              highlight=False)
+                    err.print(f"  {row['id']} {row['type']} {row['status']}: ",
+                              Text(row["excerpt"]), sep="", highlight=False)
                 if not typer.confirm(f"forget these {len(preview)} memories?", err=True):
-                    raise typer.Exit(1)
+                    _declined()
             res = vault.delete(ids, trigger="cli")
     except MnemoError as exc:
         _fail(exc)
@@ -123,19 +135,23 @@ def delete(
         _emit_json(res.model_dump(mode="json"))
     else:
         out.print(f"forgot {len(res.deleted)} memories (audit seq {res.audit_seq})")
+    _not_found(res.not_found, "memory with id", "ids")
 
 
 def import_cmd(
     ctx: typer.Context,
-    path: Annotated[Path, typer.Argument(help="LoCoMo JSON or JSON Lines file.",
-                                         exists=True, dir_okay=False)],
-    scope: Annotated[str, typer.Option(help="Scope for JSON Lines records without one.")]
+    path: Annotated[Path, typer.Argument(
+        help="JSON Lines (one record a line), a JSON record or array of records, or LoCoMo.",
+        exists=True, dir_okay=False)],
+    scope: Annotated[str, typer.Option(help="Scope for records without one.")]
         = "default",
-    format: Annotated[str, typer.Option(help="auto, locomo or jsonl.")] = "auto",
+    format: Annotated[str, typer.Option(help="auto, jsonl, json or locomo.")] = "auto",
     batch_size: Annotated[int, typer.Option(help="Memories per transaction.")] = 128,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Import a conversation file: every turn becomes an episode."""
+    """Import a conversation file: every record (or LoCoMo turn) becomes an episode.
+
+    A record is {"text", "subject"?, "scope"?, "timestamp"? (ISO 8601), "source_id"?}."""
     if not 1 <= batch_size <= 1000:
         _fail(ValidationError("batch-size: must be in 1..1000", field="batch_size"))
     try:

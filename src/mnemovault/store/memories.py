@@ -102,6 +102,52 @@ def using_nodes(conn: Conn, nodes: Sequence[str], scope: str,
     return [r["memory_id"] for r in rows]
 
 
+# -- wake and timeline ---------------------------------------------------------------------
+def _subject_scope(scope: str, subject: str | None) -> tuple[str, dict[str, Any]]:
+    where = "scope = %(scope)s AND status = 'active' AND NOT archived"
+    params: dict[str, Any] = {"scope": scope}
+    if subject is not None:
+        where += " AND subject_id = %(subject)s"
+        params["subject"] = subject
+    return where, params
+
+
+def wake_candidates(conn: Conn, scope: str, subject: str | None,
+                    limit: int) -> dict[str, list[dict[str, Any]]]:
+    """For the waking state of ``subject`` in ``scope`` (live, unarchived memories): up to
+    ``limit`` rows each of ``pinned`` (newest first), ``facts`` (most used first) and
+    ``recent`` (newest first)."""
+    where, params = _subject_scope(scope, subject)
+    params["limit"] = limit
+    order = {"pinned": ("pinned", "created_at DESC, id DESC"),
+             "facts": ("type = 'fact'", "access_count DESC, created_at DESC, id DESC"),
+             "recent": ("true", "created_at DESC, id DESC")}
+    return {name: conn.execute(
+        f"SELECT {COLUMNS} FROM memories WHERE {where} AND {cond} ORDER BY {by} "
+        "LIMIT %(limit)s", params).fetchall() for name, (cond, by) in order.items()}
+
+
+def timeline(conn: Conn, *, scope: str, subject: str | None, since: datetime | None,
+             until: datetime | None, after: tuple[datetime, uuid.UUID] | None,
+             limit: int) -> list[dict[str, Any]]:
+    """Live memories of ``scope`` (and ``subject``) created in ``[since, until)``, oldest
+    first by (created_at, id), after the keyset position ``after``; at most ``limit``."""
+    where, params = _subject_scope(scope, subject)
+    where = where.replace(" AND NOT archived", "")  # the timeline shows archived ones too
+    params["limit"] = limit
+    if since is not None:
+        where += " AND created_at >= %(since)s"
+        params["since"] = since
+    if until is not None:
+        where += " AND created_at < %(until)s"
+        params["until"] = until
+    if after is not None:
+        where += " AND (created_at, id) > (%(at)s, %(aid)s)"
+        params["at"], params["aid"] = after
+    return conn.execute(f"SELECT {COLUMNS} FROM memories WHERE {where} "
+                        "ORDER BY created_at, id LIMIT %(limit)s", params).fetchall()
+
+
 # -- pin -----------------------------------------------------------------------------------
 def set_pinned(conn: Conn, ids: Sequence[uuid.UUID], pinned: bool,
                scope: str | None, subject: str | None = None) -> list[uuid.UUID]:

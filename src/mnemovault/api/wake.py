@@ -1,0 +1,41 @@
+"""Wake and timeline over HTTP (permission ``memory:read``): ``GET /v1/wake`` is the
+waking state an agent asks for when it starts work (one fenced context pack within a token
+budget); ``GET /v1/timeline`` a subject's memories in time order, keyset paged."""
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+
+from mnemovault.auth import Principal
+from mnemovault.models import TimelinePage, WakeState
+from mnemovault.vault import MemoryVault
+
+Scope = Annotated[str, Query(min_length=1, max_length=200)]
+Subject = Annotated[str | None, Query(min_length=1, max_length=200)]
+
+
+def wake_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:
+    router = APIRouter(tags=["recall"])
+    Auth = Annotated[Principal, Depends(principal)]
+
+    @router.get("/v1/wake", response_model=WakeState)
+    def wake(who: Auth, scope: Scope, subject: Subject = None,
+             budget: Annotated[int, Query(ge=100, le=32_000)] = 1000) -> WakeState:
+        """Pinned records, the most used facts and the most recent records of ``subject``
+        in ``scope``, as one fenced context pack within ``budget`` tokens (characters / 4)."""
+        return vault.wake(scope=scope, subject=subject, budget=budget, principal=who)
+
+    @router.get("/v1/timeline", response_model=TimelinePage)
+    def timeline(who: Auth, scope: Scope, subject: Subject = None,
+                 since: datetime | None = None, until: datetime | None = None,
+                 limit: Annotated[int, Query(ge=1, le=100)] = 50,
+                 cursor: Annotated[str | None, Query(min_length=1, max_length=200)] = None
+                 ) -> TimelinePage:
+        """``subject``'s memories in ``scope``, oldest first by creation time, in
+        ``[since, until)``; pass ``next_cursor`` back as ``cursor``."""
+        return vault.timeline(scope=scope, subject=subject, since=since, until=until,
+                              limit=limit, cursor=cursor, principal=who)
+
+    return router
