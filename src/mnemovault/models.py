@@ -269,6 +269,9 @@ class WakeState(BaseModel):
     budget: int
     tokens: int
     records: list[Memory]
+    reasons: list[str]
+    """Why each record is in the pack, aligned with ``records``: ``pinned``, ``fact`` or
+    ``recent``."""
     left_out: int
     pack: str
 

@@ -61,9 +61,12 @@ def wake(rt: Runtime, who: Principal, *, scope: str, subject: str | None = None,
         found = store.wake_candidates(conn, pii.translate(rt, conn, who.tenant, scope) or scope,
                                       pii.translate(rt, conn, who.tenant, subject), CANDIDATES)
         seen: dict[uuid.UUID, Memory] = {}
-        for kind in ("pinned", "facts", "recent"):
+        why: dict[uuid.UUID, str] = {}
+        for kind, reason in (("pinned", "pinned"), ("facts", "fact"), ("recent", "recent")):
             for row in found[kind]:
-                seen.setdefault(row["id"], Memory.from_row(row))
+                if row["id"] not in seen:
+                    seen[row["id"]] = Memory.from_row(row)
+                    why[row["id"]] = reason
         ordered = pii.render(rt, conn, who, list(seen.values()), reveal=False)
     nonce = new_nonce()
     used = tokens(RULE)
@@ -84,7 +87,8 @@ def wake(rt: Runtime, who: Principal, *, scope: str, subject: str | None = None,
             parts.append(note)
     pack = "\n".join(parts)
     return WakeState(scope=scope, subject=subject, budget=budget, tokens=tokens(pack),
-                     records=chosen, left_out=len(ordered) - len(chosen), pack=pack)
+                     records=chosen, reasons=[why[m.id] for m in chosen],
+                     left_out=len(ordered) - len(chosen), pack=pack)
 
 
 def _cursor(m: Memory) -> str:
