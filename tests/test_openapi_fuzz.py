@@ -29,6 +29,7 @@ from schemathesis import Case, CheckContext, Response
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    negative_data_rejection,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -128,10 +129,10 @@ def error_envelope(ctx: CheckContext, response: Response, case: Case) -> bool | 
 
 
 # no 5xx; errors in the envelope; and every status, body and content type as documented
-# (each operation documents 4XX and 5XX as the envelope). Not negative_data_rejection: it
-# fails on Pydantic's lax coercion (``"store": 0`` is taken as false), see the report.
+# (each operation documents 4XX and 5XX as the envelope), and input the schema forbids is
+# refused (booleans are strict: ``"store": 0`` is not taken as false).
 CHECKS = [not_a_server_error, error_envelope, status_code_conformance,
-          response_schema_conformance, content_type_conformance]
+          response_schema_conformance, content_type_conformance, negative_data_rejection]
 
 
 def _run(case: Case, fuzz_tenant: dict[str, Any]) -> None:

@@ -6,9 +6,9 @@ import uuid
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
-from mnemovault.validation import MAX_NAME_CHARS, check_text, check_time, text_rule
+from mnemovault.validation import MAX_NAME_CHARS, Timestamp, check_text, check_time, text_rule
 
 MemoryType = Literal["episode", "fact", "procedure"]
 Status = Literal["active", "pending_review", "superseded"]
@@ -109,7 +109,7 @@ class MemoryInput(BaseModel):
     type: MemoryType = "episode"
     key: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_CHARS)
     provenance: Provenance = Field(default_factory=Provenance)
-    created_at: datetime | None = None
+    created_at: Timestamp | None = None
     entities: list[Entity] = Field(default_factory=list, max_length=100)
     derived_from: list[uuid.UUID] = Field(default_factory=list, max_length=100)
     """Lineage: the memories (same tenant and scope) this one was derived from, e.g. the
@@ -182,9 +182,9 @@ class RecallFilters(BaseModel):
     subject: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_CHARS)
     types: list[MemoryType] | None = Field(default=None, max_length=3)
     tags: list[str] | None = Field(default=None, max_length=MAX_TAGS)
-    since: datetime | None = None
-    until: datetime | None = None
-    include_archived: bool = False
+    since: Timestamp | None = None
+    until: Timestamp | None = None
+    include_archived: StrictBool = False
 
     @field_validator("subject")
     @classmethod

@@ -22,10 +22,12 @@ capabilities and interfaces can all use it.
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import AfterValidator, BeforeValidator
 from pydantic import ValidationError as PydanticValidationError
 
 from mnemovault.errors import ValidationError
@@ -139,3 +141,21 @@ def parse_id(value: uuid.UUID | str, field: str) -> uuid.UUID:
         return uuid.UUID(str(value))
     except (ValueError, AttributeError, TypeError):
         raise ValidationError(f"{field}: must be a UUID", field=field) from None
+
+
+_ISO_8601 = re.compile(r"\d{4}-\d{2}-\d{2}([Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?"
+                       r"([Zz]|[+-]\d{2}:?\d{2})?)?")
+
+
+def _iso_only(value: Any) -> Any:
+    """Timestamps are ISO 8601 (RFC 3339) strings or datetimes, never numbers (pydantic
+    would otherwise read ``0`` as the Unix epoch)."""
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str) and _ISO_8601.fullmatch(value.strip()):
+        return value
+    raise ValueError("must be an ISO 8601 timestamp such as 2024-05-01T12:00:00Z")
+
+
+Timestamp = Annotated[datetime, BeforeValidator(_iso_only), AfterValidator(check_time)]
+"""A caller-supplied timestamp: ISO 8601, timezone-aware (naive: UTC), within the range."""

@@ -19,7 +19,7 @@ import psycopg
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mnemovault import __version__
@@ -52,7 +52,7 @@ class RecallRequest(BaseModel):
     scope: str = Field(min_length=1, max_length=200)
     k: int = Field(default=10, ge=1, le=100)
     filters: RecallFilters = Field(default_factory=RecallFilters)
-    reveal: bool = False
+    reveal: StrictBool = False
 
 
 class VaultEntry(BaseModel):

@@ -3,13 +3,13 @@ waking state an agent asks for when it starts work (one fenced context pack with
 budget); ``GET /v1/timeline`` a subject's memories in time order, keyset paged."""
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
 from mnemovault.auth import Principal
 from mnemovault.models import TimelinePage, WakeState
+from mnemovault.validation import Timestamp
 from mnemovault.vault import MemoryVault
 
 Scope = Annotated[str, Query(min_length=1, max_length=200)]
@@ -29,7 +29,7 @@ def wake_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIR
 
     @router.get("/v1/timeline", response_model=TimelinePage)
     def timeline(who: Auth, scope: Scope, subject: Subject = None,
-                 since: datetime | None = None, until: datetime | None = None,
+                 since: Timestamp | None = None, until: Timestamp | None = None,
                  limit: Annotated[int, Query(ge=1, le=100)] = 50,
                  cursor: Annotated[str | None, Query(min_length=1, max_length=200)] = None
                  ) -> TimelinePage:

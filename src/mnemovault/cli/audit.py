@@ -86,7 +86,7 @@ def audit_verify(
                                "verify; give an export FILE, or the right --data-dir)"),
                           soft_wrap=True)
                 raise typer.Exit(3)
-            with _vault(ctx) as vault:
+            with _vault(ctx, create=False) as vault:
                 who = vault.principal()
                 where = f"tenant {who.tenant!r} in the database"
                 result = vault.audit.verify(who, checkpoint=cp_text, public_key=pk,
@@ -128,7 +128,7 @@ def audit_export(
 ) -> None:
     """Write the tenant's chain as JSON Lines to stdout."""
     try:
-        with _vault(ctx) as vault:
+        with _vault(ctx, create=False) as vault:
             for chunk in vault.audit.export(vault.principal(), start, end):
                 sys.stdout.buffer.write(chunk)
     except MnemoError as exc:
@@ -143,7 +143,7 @@ def audit_checkpoint(
 ) -> None:
     """Print the latest signed checkpoint (save it: it catches later truncation)."""
     try:
-        with _vault(ctx) as vault:
+        with _vault(ctx, create=False) as vault:
             cp = vault.audit.checkpoint(vault.principal(), sign_now=sign)
     except MnemoError as exc:
         _fail(exc)
@@ -163,7 +163,7 @@ def audit_proof(
 ) -> None:
     """An RFC 9162 inclusion or consistency proof, as JSON."""
     try:
-        with _vault(ctx) as vault:
+        with _vault(ctx, create=False) as vault:
             who = vault.principal()
             if kind == "inclusion":
                 _emit_json(vault.audit.inclusion(who, a, b))

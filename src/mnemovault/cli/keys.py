@@ -59,7 +59,7 @@ def kek_rotate(
 ) -> None:
     """Rewrap every data key under a new KEK version (ciphertexts are not touched)."""
     try:
-        with _vault(ctx) as vault:
+        with _vault(ctx, create=False) as vault:
             res = vault.rotate_kek(retire=retire)
     except MnemoError as exc:
         _fail(exc)
