@@ -215,10 +215,12 @@ class MemoryVault:
 
     def list(self, *, scope: str | None = None, subject: str | None = None, limit: int = 50,
              cursor: uuid.UUID | str | None = None, include_superseded: bool = False,
-             principal: Principal | None = None) -> Page:
-        """Memories oldest id first, keyset-paginated (``next_cursor``); limit 1..100."""
+             flagged: bool = False, principal: Principal | None = None) -> Page:
+        """Memories oldest id first, keyset-paginated (``next_cursor``); limit 1..100;
+        ``flagged``: only those the injection sanitiser flagged."""
         return read.page(self.rt, self._who(principal), scope=scope, subject=subject,
-                         limit=limit, cursor=cursor, include_superseded=include_superseded)
+                         limit=limit, cursor=cursor, include_superseded=include_superseded,
+                         flagged=flagged)
 
     def wake(self, *, scope: str, subject: str | None = None, budget: int = 1000,
              principal: Principal | None = None) -> WakeState:

@@ -391,9 +391,13 @@ def create_app(vault: MemoryVault) -> FastAPI:
         limit: Annotated[int, Query(ge=1, le=100)] = 50,
         cursor: uuid.UUID | None = None,
         include_superseded: bool = False,
+        flagged: bool = False,
     ) -> Page:
+        """Memories oldest first; ``flagged=true``: only those the injection sanitiser
+        flagged on import (``provenance.injection_flags``), for review."""
         return vault.list(scope=scope, subject=subject, limit=limit, cursor=cursor,
-                          include_superseded=include_superseded, principal=who)
+                          include_superseded=include_superseded, flagged=flagged,
+                          principal=who)
 
     @app.get("/v1/memories/{memory_id}", response_model=Memory, tags=["memories"])
     def get_memory(memory_id: uuid.UUID, who: Auth, request: Request,

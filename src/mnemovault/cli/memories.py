@@ -85,12 +85,14 @@ def list_cmd(
     scope: Annotated[str | None, typer.Option(help="Only this scope.")] = None,
     limit: Annotated[int, typer.Option(help="Page size (1-100).")] = 20,
     cursor: Annotated[str | None, typer.Option(help="Last id of the previous page.")] = None,
+    flagged: Annotated[bool, typer.Option(
+        "--flagged", help="Only memories the injection sanitiser flagged.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """List memories, oldest first, one page at a time."""
     try:
         with _vault(ctx, create=False) as vault:
-            page = vault.list(scope=scope, limit=limit, cursor=cursor)
+            page = vault.list(scope=scope, limit=limit, cursor=cursor, flagged=flagged)
     except MnemoError as exc:
         _fail(exc)
         return
@@ -169,10 +171,23 @@ def import_cmd(
                   f"({summary['per_second']}/s)")
 
 
+def flagged_cmd(
+    ctx: typer.Context,
+    scope: Annotated[str | None, typer.Option(help="Only this scope.")] = None,
+    limit: Annotated[int, typer.Option(help="Page size (1-100).")] = 20,
+    cursor: Annotated[str | None, typer.Option(help="Last id of the previous page.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List the memories the injection sanitiser flagged (imported or tool-supplied text
+    with phrasing aimed at a model), for a person to review: ``list --flagged``."""
+    list_cmd(ctx, scope=scope, limit=limit, cursor=cursor, flagged=True, as_json=as_json)
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``remember``, ``recall``, ``list``, ``delete`` and ``import`` to ``app``."""
+    """Add ``remember``, ``recall``, ``list``, ``flagged``, ``delete`` and ``import``."""
     app.command()(remember)
     app.command()(recall)
     app.command("list")(list_cmd)
+    app.command("flagged")(flagged_cmd)
     app.command()(delete)
     app.command("import")(import_cmd)

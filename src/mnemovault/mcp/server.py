@@ -208,9 +208,11 @@ def build_server(vault: MemoryVault, principal_of: PrincipalSource) -> MCPServer
         """Store one new memory in `scope`. Personal values in it (emails, phone numbers,
         names the vault knows...) are replaced by placeholders and their originals kept
         encrypted in the vault. With `key`, the previous memory of that key is superseded
-        (kept as history, no longer recalled). One audit row. Needs `memory:write`.
-        Returns the receipt: id, version, superseded id, placeholders created, audit
-        sequence number."""
+        (kept as history, no longer recalled). Tool-supplied text: phrasing aimed at a
+        model (e.g. "ignore previous instructions") is replaced by
+        [REDACTED_POTENTIAL_PROMPT_INJECTION] and the memory flagged for review. One audit
+        row. Needs `memory:write`. Returns the receipt: id, version, superseded id,
+        placeholders created, audit sequence number."""
         receipt = vault.remember(
             content, scope=scope, subject=subject, type=type, key=key,
             provenance={"source": "mcp", "tags": tags or []}, derived_from=derived_from,

@@ -9,6 +9,7 @@ import uuid
 from mnemovault import validation as checked
 from mnemovault.auth import Principal
 from mnemovault.errors import NotFound, ValidationError
+from mnemovault.guard.sanitise import FLAG_KEY
 from mnemovault.models import Memory, Page
 from mnemovault.pii import service as pii
 from mnemovault.runtime import Runtime
@@ -39,10 +40,12 @@ def get(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, *, reveal: bool
 
 def page(rt: Runtime, who: Principal, *, scope: str | None = None,
          subject: str | None = None, limit: int = 50, cursor: uuid.UUID | str | None = None,
-         include_superseded: bool = False) -> Page:
+         include_superseded: bool = False, flagged: bool = False) -> Page:
     """Memories oldest id first, keyset-paginated: pass ``next_cursor`` back as ``cursor``
     (the last id seen). ``limit`` is 1..100. Scope and subject are matched as stored
-    (pseudonymised like stored text). Needs ``memory:read``.
+    (pseudonymised like stored text). ``flagged``: only those the injection sanitiser
+    flagged (:data:`mnemovault.guard.sanitise.FLAG_KEY`), for review. Needs
+    ``memory:read``.
 
     Raises:
         ValidationError: limit out of range, malformed cursor.
@@ -59,7 +62,7 @@ def page(rt: Runtime, who: Principal, *, scope: str | None = None,
         rows = store.page(conn, scope=pii.translate(rt, conn, who.tenant, scope),
                           subject=pii.translate(rt, conn, who.tenant, subject),
                           include_superseded=include_superseded, cursor=after,
-                          limit=limit + 1)
+                          limit=limit + 1, flagged_by=FLAG_KEY if flagged else None)
         items = pii.render(rt, conn, who, [Memory.from_row(r) for r in rows[:limit]],
                            reveal=False)
     nxt = items[-1].id if len(rows) > limit else None

@@ -69,8 +69,10 @@ def by_ids(conn: Conn, ids: Sequence[uuid.UUID], *, touch: bool) -> list[dict[st
 
 
 def page(conn: Conn, *, scope: str | None, subject: str | None, include_superseded: bool,
-         cursor: uuid.UUID | None, limit: int) -> list[dict[str, Any]]:
-    """At most ``limit`` rows in id order (oldest first), after ``cursor`` when given."""
+         cursor: uuid.UUID | None, limit: int,
+         flagged_by: str | None = None) -> list[dict[str, Any]]:
+    """At most ``limit`` rows in id order (oldest first), after ``cursor`` when given; with
+    ``flagged_by``, only rows whose provenance has that key (the sanitiser's label)."""
     clauses: list[str] = ["true"]
     params: dict[str, Any] = {"limit": limit}
     if scope is not None:
@@ -84,6 +86,9 @@ def page(conn: Conn, *, scope: str | None, subject: str | None, include_supersed
     if cursor is not None:
         clauses.append("id > %(cursor)s")
         params["cursor"] = cursor
+    if flagged_by is not None:
+        clauses.append("provenance ? %(flag)s")
+        params["flag"] = flagged_by
     return conn.execute(
         f"SELECT {COLUMNS} FROM memories WHERE {' AND '.join(clauses)} "
         f"ORDER BY id LIMIT %(limit)s", params).fetchall()

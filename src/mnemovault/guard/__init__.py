@@ -1,0 +1,4 @@
+"""Write-time guards on text. :mod:`mnemovault.guard.sanitise`: the injection sanitiser for
+imported and tool-supplied text (SPEC section 7), a heuristic behind a small detector
+interface; :mod:`mnemovault.guard.normalise`: the de-obfuscation it matches through;
+:mod:`mnemovault.guard.patterns`: its phrase patterns."""

@@ -1,0 +1,260 @@
+"""De-obfuscation for the injection detector: text -> a *folded* form to match phrases in,
+with a map from every folded character back to the original offset it came from.
+
+The folded form is for matching only (nothing stored is ever folded). Stages, in order, each
+a pure function of the previous stage's output:
+
+1. **characters** (:data:`FOLD_TABLE`, one ``str.translate``): compatibility decomposition
+   (NFKD: fullwidth ``ｉｇｎｏｒｅ``, mathematical ``𝐢𝐠𝐧𝐨𝐫𝐞``, ligatures, circled letters),
+   combining marks dropped (``ìgnóre``, ``précédentes`` -> ``precedentes``), case folded,
+   zero-width and other format characters dropped (U+200B-U+200F, U+2060-U+2064, U+FEFF,
+   soft hyphen, bidi controls, variation selectors), Unicode *tag* characters (U+E0020-U+E007E,
+   invisible "ASCII smuggling") read as the ASCII they encode, a run of them set off by spaces
+   (it is a text of its own), and Cyrillic, Greek, Armenian
+   and small-capital lookalikes mapped to the Latin letter they imitate (:data:`HOMOGLYPHS`:
+   ``іgnоrе`` with Cyrillic і, о, е -> ``ignore``). Mapping is applied to every character, so a
+   Russian word is folded too; patterns are folded the same way (:func:`fold_literal`).
+2. **leetspeak**: inside a token that has a letter, ``0 1 3 4 5 7 8 9`` read as
+   ``o i e a s t b g`` and ``@ $ ! | +`` (not at the token's end) as ``a s i i t``:
+   ``1gn0r3 pr3v10u5`` -> ``ignore previous``; in a text with two or more words that have a
+   digit between letters, all-digit words of up to three such digits too (``70`` -> ``to``).
+   ``1`` and ``|`` stand for ``l`` as often as for ``i``: patterns accept ``i`` wherever they
+   spell ``l`` (:func:`mnemovault.guard.patterns.L`).
+3. **in-word punctuation**: ``- _ * ~ ` ^ '`` between two letters dropped (``ig-no_re``,
+   ``don't`` -> ``dont``).
+4. **letter spacing**: three or more single letters or digits separated by up to three of
+   ``space . - _ * / · •`` are joined (``i g n o r e``, ``i.g.n.o.r.e``), a gap of two or more
+   separators between them staying one space (``i g n o r e  a l l`` -> ``ignore all``); spaces
+   between CJK characters are dropped.
+5. **whitespace**: every run of whitespace becomes one space (one newline if it holds one).
+
+Words that end up glued together (``ignoreallprevious``) are why the detector's patterns allow
+an empty separator between words.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable
+
+HOMOGLYPHS: dict[str, str] = {
+    # Cyrillic (lower case: the table is applied after case folding)
+    "а": "a", "в": "b", "г": "r", "е": "e", "ё": "e", "к": "k", "м": "m", "н": "h",
+    "о": "o", "п": "n", "р": "p", "с": "c", "т": "t", "у": "y", "х": "x", "ь": "b", "і": "i",
+    "ї": "i", "ј": "j", "ѕ": "s", "ԁ": "d", "ԛ": "q", "ԝ": "w", "һ": "h", "ӏ": "l", "џ": "u",
+    "ѡ": "w", "ү": "y", "ҡ": "k", "ԍ": "g", "ɡ": "g",
+    # Greek
+    "α": "a", "β": "b", "γ": "y", "ε": "e", "η": "n", "ι": "i", "κ": "k", "μ": "u", "ν": "v",
+    "ο": "o", "π": "n", "ρ": "p", "σ": "o", "ς": "c", "τ": "t", "υ": "u", "χ": "x", "ω": "w",
+    "ϲ": "c", "ϳ": "j",
+    # Armenian
+    "օ": "o", "ս": "u", "ո": "n", "զ": "q", "հ": "h", "ց": "g", "ւ": "l",
+    # Latin lookalikes NFKD leaves alone (small capitals, dotless i, script l, ...)
+    "ı": "i", "ȷ": "j", "ɑ": "a", "ɩ": "i", "ɪ": "i", "ʟ": "l", "ɴ": "n", "ʀ": "r", "ʏ": "y",
+    "ʙ": "b", "ʜ": "h", "ɢ": "g", "ᴀ": "a", "ᴄ": "c", "ᴅ": "d", "ᴇ": "e", "ᴊ": "j", "ᴋ": "k",
+    "ᴍ": "m", "ᴏ": "o", "ᴘ": "p", "ᴛ": "t", "ᴜ": "u", "ᴠ": "v", "ᴡ": "w", "ᴢ": "z", "ꜱ": "s",
+    "ƅ": "b", "ɵ": "o", "ø": "o", "đ": "d", "ħ": "h", "ł": "l", "ŧ": "t", "ß": "ss",
+    "æ": "ae", "œ": "oe", "þ": "th",
+}
+"""Lookalike letters and the Latin letter they imitate (applied after case folding)."""
+
+_DROP_CATEGORIES = frozenset({"Mn", "Me", "Cf", "Cc", "Co", "Cs", "Cn"})
+
+
+def _fold_char(ch: str) -> str:
+    """Stage 1 for one character (see the module docstring)."""
+    cp = ord(ch)
+    if cp < 128:
+        if ch in "\t\n\r":
+            return ch
+        return ch.lower() if cp >= 32 else ""
+    if 0xE0020 <= cp <= 0xE007E:  # tag characters: invisible ASCII
+        return chr(cp - 0xE0000).lower()
+    if unicodedata.category(ch) in ("Zl", "Zp"):
+        return "\n"
+    if unicodedata.category(ch) == "Zs":
+        return " "
+    out = []
+    for c in unicodedata.normalize("NFKD", ch).casefold():
+        for d in unicodedata.normalize("NFKD", c):
+            if unicodedata.category(d) in _DROP_CATEGORIES:
+                continue
+            out.append(HOMOGLYPHS.get(d, d))
+    return "".join(out)
+
+
+class _FoldTable(dict[int, str]):
+    """``str.translate`` table computing (and caching) stage 1 for each code point seen."""
+
+    def __missing__(self, cp: int) -> str:
+        value = _fold_char(chr(cp))
+        if len(self) < 200_000:
+            self[cp] = value
+        return value
+
+
+FOLD_TABLE = _FoldTable()
+"""Stage 1 as a ``str.translate`` table (filled lazily, one entry per code point seen)."""
+
+LEET: dict[str, str] = {"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "8": "b",
+                        "9": "g", "@": "a", "$": "s", "!": "i", "|": "i", "+": "t"}
+"""Stage 2: leetspeak characters read as letters inside a token with a letter."""
+
+_LEET_SYMBOLS = frozenset("@$!|+")
+_TOKEN = "a-z0-9@$!|+"
+_LEET_RE = re.compile(rf"(?<![{_TOKEN}])[{_TOKEN}]*[01345789@$!|+][{_TOKEN}]*")
+
+
+_MIXED_RE = re.compile(r"[a-z][01345789]+[a-z]")
+
+
+def _leet(m: re.Match[str]) -> str:
+    tok = m.group()
+    if not any("a" <= c <= "z" for c in tok):
+        return tok
+    last = len(tok) - 1
+    return "".join(LEET[c] if c in LEET and (i < last or c not in _LEET_SYMBOLS) else c
+                   for i, c in enumerate(tok))
+
+
+def _leet_all(m: re.Match[str]) -> str:
+    """In a text written in leetspeak, short all-digit words are words too (``70`` = to)."""
+    tok = m.group()
+    if len(tok) <= 3 and tok.isdigit() and all(c in LEET for c in tok):
+        return "".join(LEET[c] for c in tok)
+    return _leet(m)
+
+
+def _leet_repl(text: str) -> Callable[[re.Match[str]], str]:
+    """Stage 2's replacement for ``text``: in leetspeak mode (two or more words with a
+    digit between letters: ``y0ur r3ply``) short all-digit words are read too."""
+    mixed = _MIXED_RE.search(text)
+    if mixed and _MIXED_RE.search(text, mixed.end()):
+        return _leet_all
+    return _leet
+
+
+_INWORD_RE = re.compile(r"(?<=[a-z])[\-_*~`^']{1,2}(?=[a-z])")
+_SPACED_RE = re.compile(r"(?<![a-z0-9])[a-z0-9](?:[ .\-_*/·•]{1,3}[a-z0-9](?![a-z0-9])){2,}")
+_CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_CJK_SPACE_RE = re.compile(rf"(?<=[{_CJK}])[ \t]+(?=[{_CJK}])")
+_SPACE_RE = re.compile(r"\s{2,}|[^\S ]")
+
+
+_WIDE_GAP_RE = re.compile(r"[ .\-_*/·•]{2,}")
+
+
+def _letters(m: re.Match[str]) -> str:
+    """A letter-spaced run joined; a wider gap (two or more separators) stays a space."""
+    return " ".join("".join(c for c in word if c.isalnum())
+                    for word in _WIDE_GAP_RE.split(m.group()))
+
+
+def _empty(m: re.Match[str]) -> str:
+    return ""
+
+
+def _space(m: re.Match[str]) -> str:
+    return "\n" if "\n" in m.group() else " "
+
+
+_STAGES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
+    (_LEET_RE, _leet),
+    (_INWORD_RE, _empty),
+    (_SPACED_RE, _letters),
+    (_CJK_SPACE_RE, _empty),
+    (_SPACE_RE, _space),
+)
+
+
+_LEET_CHAR_RE = re.compile(r"[01345789@$!|+]")
+
+
+_TAG_RUN_RE = re.compile("[\U000E0000-\U000E007F]+")
+
+
+def _pad(m: re.Match[str]) -> str:
+    return f" {m.group()} "
+
+
+def fold(text: str) -> str:
+    """The folded form of ``text`` (all five stages), without offsets: the fast path (it skips
+    a stage that cannot change the text, and replaces with plain strings where it can; the
+    result is the same as :func:`fold_with_offsets`'s)."""
+    if not text.isascii() and _TAG_RUN_RE.search(text):
+        text = _TAG_RUN_RE.sub(_pad, text)
+    out = text.translate(FOLD_TABLE)
+    if _LEET_CHAR_RE.search(out):
+        out = _LEET_RE.sub(_leet_repl(out), out)
+    out = _INWORD_RE.sub("", out)
+    out = _SPACED_RE.sub(_letters, out)
+    if not out.isascii():
+        out = _CJK_SPACE_RE.sub("", out)
+    if "  " in out or "\n" in out or "\t" in out or "\r" in out:
+        out = _SPACE_RE.sub(_space, out)
+    return out
+
+
+def fold_with_offsets(text: str) -> tuple[str, list[int]]:
+    """The folded form of ``text`` and, for each of its characters, the offset in ``text`` of
+    the character it came from (same result as :func:`fold`)."""
+    source = list(range(len(text)))
+    if not text.isascii() and _TAG_RUN_RE.search(text):
+        text, source = _sub_tracked(_TAG_RUN_RE, _pad, text, source)
+    chars: list[str] = []
+    offsets: list[int] = []
+    table = FOLD_TABLE
+    for i, ch in zip(source, text, strict=True):
+        f = table[ord(ch)]
+        if len(f) == 1:
+            chars.append(f)
+            offsets.append(i)
+        elif f:
+            chars.extend(f)
+            offsets.extend([i] * len(f))
+    out = "".join(chars)
+    for rx, repl in _STAGES:
+        if rx is _LEET_RE:
+            repl = _leet_repl(out)
+        out, offsets = _sub_tracked(rx, repl, out, offsets)
+    return out, offsets
+
+
+def _sub_tracked(rx: re.Pattern[str], repl: Callable[[re.Match[str]], str], text: str,
+                 offsets: list[int]) -> tuple[str, list[int]]:
+    """``rx.sub(repl, text)`` carrying ``offsets`` along: a replacement's characters are
+    aligned greedily with the characters of the match they keep (every stage only maps one to
+    one, deletes, or collapses); one it cannot align takes the match's first offset."""
+    parts: list[str] = []
+    new_offsets: list[int] = []
+    last = 0
+    for m in rx.finditer(text):
+        s, e = m.span()
+        r = repl(m)
+        parts.append(text[last:s])
+        new_offsets.extend(offsets[last:s])
+        if len(r) == e - s:
+            new_offsets.extend(offsets[s:e])
+        else:
+            j = s
+            for c in r:
+                k = text.find(c, j, e)
+                if k < 0:
+                    new_offsets.append(offsets[j] if j < e else offsets[e - 1])
+                else:
+                    new_offsets.append(offsets[k])
+                    j = k + 1
+        parts.append(r)
+        last = e
+    if not parts:
+        return text, offsets
+    parts.append(text[last:])
+    new_offsets.extend(offsets[last:])
+    return "".join(parts), new_offsets
+
+
+def fold_literal(text: str) -> str:
+    """A pattern's literal text folded as stage 1 folds input (so a Russian, Chinese or
+    accented pattern word matches its folded input). ASCII is only lower-cased."""
+    return "".join(c.lower() if ord(c) < 128 else FOLD_TABLE[ord(c)] for c in text)
