@@ -129,9 +129,13 @@ def stdio(portal: Portal, stdio_dir: Path) -> Iterator[tuple[Session, list[Excep
 def test_the_sdk_is_not_shadowed_by_the_package() -> None:
     import mcp
 
+    import mnemovault
     import mnemovault.mcp.server as server
 
-    assert "mnemovault" not in Path(mcp.__file__).parts
+    package = Path(mnemovault.__file__).resolve().parent
+    sdk = Path(mcp.__file__).resolve()
+    assert not sdk.is_relative_to(package), sdk  # the SDK, not mnemovault/mcp/
+    assert mcp.__name__ == "mcp" and (sdk.parent / "server").is_dir()
     assert server.MCPServer.__module__.startswith("mcp.server.")
 
 
