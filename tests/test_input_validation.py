@@ -248,3 +248,36 @@ def test_unknown_routes_and_methods_use_the_envelope(client: TestClient) -> None
     r = client.put("/v1/recall", json={})
     assert _envelope(r, 405)["code"] == "method_not_allowed"
     assert "POST" in r.headers.get("allow", "")
+
+
+@pytest.mark.parametrize("raw", [b'{"content": "x", "scope": "s", "provenance": {"n": 1e400}}',
+                                 b'{"content": "x", "scope": "s", "provenance": {"n": -1e400}}',
+                                 b'{"content": "x", "scope": "s", "provenance": {"n": '
+                                 b'12345678901234567890}}'],
+                         ids=["inf", "-inf", "big-int"])
+def test_numbers_json_cannot_hold_are_refused(client: TestClient, keys: dict[str, str],
+                                             vault: MemoryVault, tenant: str,
+                                             raw: bytes) -> None:
+    r = client.post("/v1/memories", headers={**_h(keys["owner"]),
+                                             "Content-Type": "application/json"}, content=raw)
+    _envelope(r, 422, "provenance")
+    assert _count(vault, tenant) == 0
+
+
+def test_lax_numbers_and_repeated_parameters_are_refused(client: TestClient,
+                                                         keys: dict[str, str]) -> None:
+    h = _h(keys["owner"])
+    for k in ("3", 3.0, True):
+        r = client.post("/v1/recall", headers=h, json={"query": "q", "scope": "s", "k": k})
+        _envelope(r, 422, "k")
+    r = client.get("/v1/memories", headers=h, params=[("scope", "a"), ("scope", "b")])
+    _envelope(r, 422, "scope")
+
+
+def test_a_subject_limited_key_cannot_list_another_subject(
+        client: TestClient, vault: MemoryVault, tenant: str) -> None:
+    token = vault.create_key(tenant, "member", subject="ana")[0]
+    r = client.get("/v1/memories", headers=_h(token), params={"subject": "bob"})
+    _envelope(r, 403, "subject")
+    assert client.get("/v1/memories", headers=_h(token),
+                      params={"subject": "ana"}).status_code == 200

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import uuid
 from datetime import datetime
 from typing import Any, Literal
@@ -76,8 +77,11 @@ class Provenance(BaseModel):
                     check_text(v, max_len=1000, allow_newlines=True)
                 except ValueError as exc:
                     raise ValueError(f"{k}: {exc}") from None
-            if isinstance(v, float) and v != v:  # NaN cannot be stored or compared
-                raise ValueError(f"{k}: must not be NaN")
+            if isinstance(v, float) and not math.isfinite(v):  # JSON has no NaN or inf
+                raise ValueError(f"{k}: must be a finite number")
+            if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 2**53:
+                # beyond ±2^53 JSON readers (and the audit log's canonical form) lose digits
+                raise ValueError(f"{k}: integers must be within ±2^53")
 
 
 class Entity(BaseModel):

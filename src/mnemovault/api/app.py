@@ -19,7 +19,7 @@ import psycopg
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mnemovault import __version__
@@ -50,7 +50,7 @@ class RecallRequest(BaseModel):
 
     query: str = Field(min_length=1, max_length=10_000)
     scope: str = Field(min_length=1, max_length=200)
-    k: int = Field(default=10, ge=1, le=100)
+    k: StrictInt = Field(default=10, ge=1, le=100)
     filters: RecallFilters = Field(default_factory=RecallFilters)
     reveal: StrictBool = False
 
@@ -273,6 +273,10 @@ def reject_unknown_query(request: Request) -> None:
     if unknown:
         name = unknown[0] if len(unknown[0]) <= 64 else unknown[0][:64] + "…"
         raise ValidationError(f"{name}: unknown query parameter", field=name)
+    repeated = sorted(k for k in set(request.query_params)
+                      if len(request.query_params.getlist(k)) > 1)
+    if repeated:  # no parameter here is a list: which value was meant is unknowable
+        raise ValidationError(f"{repeated[0]}: given more than once", field=repeated[0])
 
 
 def _body_rule(e: dict[str, Any]) -> tuple[str, str]:

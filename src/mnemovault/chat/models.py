@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from mnemovault.errors import MnemoError
@@ -57,7 +57,7 @@ class ChatRequest(BaseModel):
     scope: str = Field(min_length=1, max_length=200)
     subject: str | None = Field(default=None, min_length=1, max_length=200)
     history: list[HistoryTurn] = Field(default_factory=list, max_length=MAX_HISTORY)
-    k: int | None = Field(default=None, ge=1, le=20)
+    k: StrictInt | None = Field(default=None, ge=1, le=20)
     reveal: StrictBool = False
     store: StrictBool = True
 

@@ -56,7 +56,9 @@ def page(rt: Runtime, who: Principal, *, scope: str | None = None,
     scope = checked.optional_name(scope, "scope")
     scope = scope if scope is not None else who.scope
     who.check_scope(scope)
-    subject = who.subject or checked.optional_name(subject, "subject")
+    subject = checked.optional_name(subject, "subject")
+    who.check_subject(subject)
+    subject = who.subject or subject
     after = parse_id(cursor, "cursor") if cursor is not None else None
     with rt.db.transaction(who.tenant) as conn:
         rows = store.page(conn, scope=pii.translate(rt, conn, who.tenant, scope),
