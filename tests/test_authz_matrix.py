@@ -91,6 +91,12 @@ def _id(w: World) -> Request:
     return Request(path_params={"memory_id": w.memory()})
 
 
+def _new_key_id(w: World) -> str:
+    """The id of a new service key of the world's tenant (one to revoke)."""
+    created: Any = w.vault.create_key(w.tenant, "service")
+    return str(created.key_id if hasattr(created, "key_id") else created[1])
+
+
 def _chat(message: str | None = None, **extra: Any) -> Callable[[World], Request]:
     def build(w: World) -> Request:
         text = message.format(id=w.memory()) if message else "what about the garden?"
@@ -151,6 +157,9 @@ TABLE: dict[tuple[str, str], list[Access]] = {
         params={"first": 1, "second": 2}))],
     ("POST", "/v1/keys"): [Access(("keys:manage",), lambda w: Request(
         json={"role": "service"}))],
+    ("GET", "/v1/keys"): [Access(("keys:manage",), lambda w: Request(params={"limit": 1}))],
+    ("DELETE", "/v1/keys/{key_id}"): [Access(("keys:manage",), lambda w: Request(
+        path_params={"key_id": _new_key_id(w)}))],
     ("POST", "/v1/chat"): [
         Access(("memory:read", "memory:write"), _chat()),
         Access(("memory:read",), _chat(store=False), "store=false"),

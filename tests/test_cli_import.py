@@ -159,3 +159,36 @@ def test_locomo_reader_maps_turns() -> None:
     assert first.created_at is not None and first.created_at.year == 2023
     with_image = [i for i in plan.items if "[image: " in i.content]
     assert with_image, "image captions are kept"
+
+
+def test_unknown_record_fields_are_refused_naming_the_line_or_index(
+        tmp_path: Path, data_dir: Path, tenant: str, vault: MemoryVault) -> None:
+    typo = {"text": "Uma moved to Leeds.", "timestmap": "2020-01-01T00:00:00Z"}
+    lines = tmp_path / "typo.jsonl"
+    lines.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps(typo) + "\n",
+                     encoding="utf-8")
+    with pytest.raises(ValidationError, match=r"^line 2: timestmap: unknown field") as err:
+        read_file(lines)
+    assert err.value.field == "line 2.timestmap"
+    array = tmp_path / "typo.json"
+    array.write_text(json.dumps([{"text": "fine"}, typo], indent=2), encoding="utf-8")
+    with pytest.raises(ValidationError, match=r"^\[1\]: timestmap: unknown field") as err:
+        read_file(array)
+    assert err.value.field == "[1].timestmap"
+    res = _cli(data_dir, tenant, "import", str(lines), "--scope", "typos")
+    assert res.exit_code == 2 and "line 2: timestmap" in res.output, res.output
+    assert vault.list(scope="typos", principal=vault.principal(tenant)).items == []
+
+
+def test_a_one_line_jsonl_file_names_its_line_in_errors(tmp_path: Path) -> None:
+    one = tmp_path / "one.jsonl"
+    for body, field in (({"text": "x", "sorce_id": "a"}, "line 2.sorce_id"),
+                        ({"text": "x", "scope": "bad\x01scope"}, "line 2.scope"),
+                        ({"txt": "x"}, "line 2.text")):
+        one.write_text("\n" + json.dumps(body) + "\n", encoding="utf-8")
+        with pytest.raises(ValidationError) as err:
+            read_file(one)
+        assert err.value.field == field, err.value.message
+        assert err.value.message.startswith("line 2: ")
+    one.write_text(json.dumps({"text": "x"}) + "\n", encoding="utf-8")
+    assert read_file(one).format == "jsonl"

@@ -252,3 +252,95 @@ def test_empty_path_settings_mean_unset(monkeypatch: pytest.MonkeyPatch, tmp_pat
         KeyRing.load(env_value=None, key_file=Path(""))
     res = runner.invoke(app, ["--data-dir", "", "list"])
     assert res.exit_code == 2 and "data-dir: must not be empty" in res.output
+
+
+# -- 8. serve refuses a bad or busy port before anything starts ------------------------------
+def test_serve_refuses_a_bad_port_with_exit_2_before_anything_starts(tmp_path: Path) -> None:
+    fresh = tmp_path / "serve-bad-port"
+    for port in ("99999", "-1", "0", "65536"):
+        res = runner.invoke(app, ["--data-dir", str(fresh), "serve", "--port", port])
+        assert res.exit_code == 2, (port, res.output)
+        assert "port: must be in 1..65535" in res.output and "serving on" not in res.output
+        assert "Traceback" not in res.output
+    assert not fresh.exists()  # no database was opened, let alone created
+
+
+def test_serve_on_a_busy_port_exits_6_before_opening_the_database(tmp_path: Path) -> None:
+    import socket
+
+    fresh = tmp_path / "serve-busy-port"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        res = runner.invoke(app, ["--data-dir", str(fresh), "serve", "--host", "127.0.0.1",
+                                  "--port", str(port)])
+    assert res.exit_code == 6, res.output
+    assert f"127.0.0.1:{port} is already in use" in res.output and "--port" in res.output
+    assert "serving on" not in res.output
+    assert not fresh.exists()
+
+
+# -- 9. end of input at a confirmation is a no ------------------------------------------------
+def test_eof_at_the_delete_confirmation_declines_with_exit_5(
+        data_dir: Path, tenant: str, vault: MemoryVault) -> None:
+    p = vault.principal(tenant)
+    mid = str(vault.remember("Oona plays the cello", scope="eof", principal=p).id)
+    res = _cli(data_dir, tenant, "delete", mid, input="")
+    assert res.exit_code == 5, res.output
+    assert "nothing was done" in res.output and "Aborted" not in res.output
+    assert "forget this memory?" in res.output
+    assert [str(m.id) for m in vault.list(scope="eof", principal=p).items] == [mid]
+    res = _cli(data_dir, tenant, "delete", mid, input="y\n")
+    assert res.exit_code == 0 and "forgot 1 memory " in res.output, res.output
+
+
+# -- 10. timeline --since/--until: the one timestamp rule ---------------------------------------
+def test_timeline_times_follow_the_timestamp_rule_of_every_interface(
+        data_dir: Path, tenant: str, vault: MemoryVault) -> None:
+    from mnemovault.validation import TIME_RULE
+
+    p = vault.principal(tenant)
+    vault.remember("Pia learnt to sail", scope="times", principal=p)
+    for args, field, rule in (
+            (["--since", "1700000000"], "since", "must be an ISO 8601 timestamp"),
+            (["--until", "0"], "until", "must be an ISO 8601 timestamp"),
+            (["--until", "10000-01-01T00:00:00Z"], "until", TIME_RULE),
+            (["--since", "10000-01-01"], "since", TIME_RULE),
+            (["--since", "1800-01-01T00:00:00Z"], "since", TIME_RULE),
+            (["--until", "9999-06-01T00:00:00+00:00"], "until", TIME_RULE)):
+        res = _cli(data_dir, tenant, "timeline", "--scope", "times", *args)
+        assert res.exit_code == 2, (args, res.output)
+        assert f"{field}: {rule}" in " ".join(res.output.split()), (args, res.output)
+    res = _cli(data_dir, tenant, "timeline", "--scope", "times", "--since",
+               "2000-01-01T00:00:00Z", "--until", "9998-01-01", "--json")
+    assert res.exit_code == 0, res.output
+    assert [m["content"] for m in json.loads(res.stdout)["items"]] == ["Pia learnt to sail"]
+    res = _cli(data_dir, tenant, "timeline", "--scope", "times", "--since",
+               "9000-01-01T00:00:00+02:00", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["items"] == []
+
+
+# -- 11. help and messages read as meant -------------------------------------------------------
+def test_help_and_messages_read_as_written() -> None:
+    wide = {"COLUMNS": "200"}
+    shred = runner.invoke(app, ["vault", "shred", "--help"], env=wide)
+    assert "shows [erased] from now on" in shred.output, shred.output
+    delete = runner.invoke(app, ["delete", "--help"], env=wide)
+    yes = next(line for line in delete.output.splitlines() if "--yes" in line)
+    assert "<bool>" not in yes and "Do not ask for confirmation." in yes, yes
+    for command in (["list"], ["recall"], ["timeline"], ["wake"], ["import"], ["demo"],
+                    ["vault", "list"]):
+        text = runner.invoke(app, [*command, "--help"], env=wide).output
+        for line in text.splitlines():
+            if any(flag in line for flag in ("--json", "--flagged", "--reveal")):
+                assert "<bool>" not in line, (command, line)
+
+
+def test_the_no_database_message_names_every_command_that_creates_one(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["--data-dir", str(tmp_path / "none"), "list"],
+                        env={"COLUMNS": "400"})
+    assert res.exit_code == 7
+    for creator in ("remember", "import", "demo", "db upgrade", "serve", "keys create",
+                    "mcp --local"):
+        assert creator in res.output, (creator, res.output)

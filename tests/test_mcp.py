@@ -296,6 +296,27 @@ def test_semantic_forget_is_refused_with_the_candidates(portal: Portal, http_url
         assert e["code"] == "validation" and e["field"] == "topic"
 
 
+def test_unknown_arguments_are_refused_with_the_envelope(portal: Portal, http_url: str,
+                                                        vault: MemoryVault,
+                                                        tenant: str) -> None:
+    with http(portal, http_url, _key(vault, tenant)) as s:
+        tools = s.portal.call(s.client.list_tools).tools
+        assert all(t.input_schema.get("additionalProperties") is False for t in tools)
+        e = s.error("remember", content="Kai keeps koi.", scope="kai", bogus=1)
+        assert e["code"] == "validation" and e["field"] == "bogus", e
+        assert "bogus: unknown argument" in e["message"] and "content" in e["message"]
+        assert s.ok("timeline", scope="kai")["items"] == []  # nothing was stored
+        s.ok("remember", content="Kai keeps koi.", scope="kai")
+        for tool, args in (("timeline", {"scope": "kai", "sinse": "2999-01-01T00:00:00Z"}),
+                           ("recall", {"query": "koi", "scope": "kai", "K": 1}),
+                           ("wake", {"scope": "kai", "ctx": {}}),
+                           ("forget", {"ids": [str(uuid.uuid4())], "scopes": "kai"})):
+            bad = next(a for a in args if a not in ("scope", "query", "ids"))
+            e = s.error(tool, **args)
+            assert (e["code"], e["field"]) == ("validation", bad), (tool, e)
+        assert len(s.ok("timeline", scope="kai")["items"]) == 1
+
+
 def test_a_missing_permission_is_named(portal: Portal, http_url: str, vault: MemoryVault,
                                        tenant: str) -> None:
     with http(portal, http_url, _key(vault, tenant, "service")) as s:

@@ -144,6 +144,10 @@ def test_narrowing_is_checked(client: TestClient, vault: MemoryVault,
     assert r.status_code == 422 and r.json()["error"]["field"] == "permissions.0"
     r = client.post("/v1/keys", headers=owner, json={"role": "owner", "force": True})
     assert r.status_code == 422
+    # asking a limited key for a tenant-wide permission is refused, not silently dropped
+    r = client.post("/v1/keys", headers=owner, json={
+        "role": "owner", "scope": "alice", "permissions": ["memory:read", "audit:read"]})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "permissions.1"
     member = vault.create_key(tenant, "member")[0]
     r = client.post("/v1/keys", headers=_h(member), json={"role": "member"})
     assert r.status_code == 403

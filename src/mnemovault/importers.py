@@ -9,7 +9,8 @@ Formats:
   (plus ``[image: caption]`` when the turn shares an image), scope = sample id, subject =
   speaker, ``dia_id`` in provenance, the session's date as creation time.
 - **JSON Lines**: one object a line, ``{"text", "subject"?, "scope"?, "timestamp"?,
-  "source_id"?}``; ``timestamp`` is ISO 8601.
+  "source_id"?}``; ``timestamp`` is ISO 8601; any other field is refused (errors name
+  ``line N`` and the field).
 - **JSON**: one JSON document (pretty-printed or not) holding one such record object or an
   array of them.
 """
@@ -30,6 +31,10 @@ from mnemovault.errors import ValidationError
 from mnemovault.models import Entity, MemoryInput, Provenance
 
 _SESSION_RE = re.compile(r"^session_(\d+)$")
+
+RECORD_FIELDS = ("text", "subject", "scope", "timestamp", "source_id")
+"""The fields of a JSON Lines / JSON record; any other is refused (a typo such as
+``timestmap`` would otherwise be dropped and the record dated now)."""
 
 
 @dataclass
@@ -104,6 +109,10 @@ def record_item(rec: Any, where: str, default_scope: str, source: str) -> Memory
                               f"{_json_kind(rec)}", field=where)
     if "text" not in rec:
         raise ValidationError(f"{where}: text: field required", field=f"{where}.text")
+    unknown = [f for f in rec if f not in RECORD_FIELDS]
+    if unknown:
+        raise ValidationError(f"{where}: {unknown[0]}: unknown field (a record has "
+                              f"{', '.join(RECORD_FIELDS)})", field=f"{where}.{unknown[0]}")
     ts = rec.get("timestamp")
     try:
         created = datetime.fromisoformat(ts) if ts else None
@@ -149,11 +158,13 @@ def jsonl_items(lines: Iterator[str], default_scope: str, source: str) -> Iterat
         yield record_item(rec, f"line {lineno}", default_scope, source)
 
 
-def json_items(data: Any, default_scope: str, source: str) -> Iterator[MemoryInput]:
+def json_items(data: Any, default_scope: str, source: str, *,
+               single: str = "[0]") -> Iterator[MemoryInput]:
     """Yield the records of a JSON document: one record object, or an array of them (the
-    JSON Lines record shape); errors name the array index (``[2].text``)."""
+    JSON Lines record shape); errors name the array index (``[2].text``), or ``single``
+    for a lone object (``"line 1"`` when the file is one JSON Lines record)."""
     if isinstance(data, dict):
-        yield record_item(data, "[0]", default_scope, source)
+        yield record_item(data, single, default_scope, source)
         return
     if not isinstance(data, list):
         raise ValidationError(f"file: expected a JSON object or an array of objects, got "
@@ -227,6 +238,10 @@ def read_file(path: Path, *, default_scope: str = "default", fmt: str = "auto") 
     if fmt == "locomo" or (fmt == "auto" and _is_locomo(data)):
         samples = [data] if isinstance(data, dict) else data
         return ImportPlan("locomo", list(locomo_items(samples, source="locomo")))
-    items = list(json_items(data, default_scope, source))
-    one_line = isinstance(data, dict) and "\n" not in stripped
-    return ImportPlan("jsonl" if fmt == "auto" and one_line else "json", items)
+    one_line = fmt == "auto" and isinstance(data, dict) and "\n" not in stripped
+    # a one-line file of one record is JSON Lines: its errors name the line, as JSON
+    # Lines errors do
+    single = (f"line {next(n for n, line in enumerate(text.splitlines(), 1) if line.strip())}"
+              if one_line else "[0]")
+    items = list(json_items(data, default_scope, source, single=single))
+    return ImportPlan("jsonl" if one_line else "json", items)

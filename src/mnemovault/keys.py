@@ -10,6 +10,10 @@ scope or subject cannot hold tenant-wide permissions (``audit:read``, ``keys:man
 reach past its limits. A key's scope and subject are stored pseudonymised, like every
 free-text field, and revealed into the principal when the key is used.
 
+Keys are listed (metadata only: never a secret or hash) and revoked by holders of
+``keys:manage``; a revoked key fails at once on every interface, since every request
+authenticates afresh. Keys are never deleted, so a listing keeps revoked ones.
+
 The token format, the roles and their permissions are in :mod:`mnemovault.auth`; the SQL
 in :mod:`mnemovault.store.tenants`.
 """
@@ -20,6 +24,7 @@ import hmac
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from mnemovault import validation as checked
 from mnemovault.audit import log as audit
@@ -100,6 +105,10 @@ def create_key(rt: Runtime, tenant: str, role: Role, *, name: str | None = None,
             if p not in perms:
                 raise ValidationError(f"permissions.{n}: role {role!r} does not have it",
                                       field=f"permissions.{n}")
+            if p in TENANT_WIDE and (scope is not None or subject is not None):
+                raise ValidationError(f"permissions.{n}: a key limited to a scope or "
+                                      "subject cannot hold a tenant-wide permission",
+                                      field=f"permissions.{n}")
         perms = set(permissions)
     if principal is not None:
         principal.require("keys:manage")
@@ -150,17 +159,98 @@ def authenticate(rt: Runtime, token: str) -> Principal:
         if (row is None or row["revoked_at"] is not None or row["deleted_at"] is not None
                 or not hmac.compare_digest(bytes(row["key_hash"]), hash_secret(secret))):
             raise Unauthenticated("authorization: unknown or revoked API key")
-        limits = [row["scope"], row["subject_id"]]
-        found = {m.group(0) for v in limits if v for m in PLACEHOLDER_RE.finditer(v)}
-        values = rt.pii.reveal_values(conn, tenant, found) if found else {}
-    scope, subject = (_limit(v, values) for v in limits)
+        store.touch_key(conn, tenant, key_id)
+        values = _limit_values(rt, conn, tenant, [row])
+    scope, subject = (_limit(v, values) for v in (row["scope"], row["subject_id"]))
+    return Principal(tenant=tenant, role=row["role"], permissions=_effective(row),
+                     key_id=str(key_id), scope=scope, subject=subject)
+
+
+def list_keys(rt: Runtime, who: Principal, *, limit: int = 50,
+              cursor: uuid.UUID | str | None = None) -> dict[str, Any]:
+    """The caller's tenant's API keys, oldest first (by ``created_at``, then key id), one
+    keyset page: ``{"items": [...], "next_cursor"}``; pass ``next_cursor`` (the last key
+    id of the page; None on the last page) back as ``cursor``. Revoked keys are included.
+
+    Each item is metadata only, never the secret or its hash: ``key_id``, ``role``,
+    ``name``, ``permissions`` (effective: the role's, narrowed, less :data:`TENANT_WIDE`
+    for a limited key), ``scope`` and ``subject`` (as the caller writes them; a shredded
+    value shows ``[erased]``), ``created_at``, ``last_used_at`` (to the minute; None if
+    never used) and ``revoked_at`` (None: live). Needs ``keys:manage``, which only
+    unlimited keys hold, so a caller who may create a key of any scope sees them all.
+
+    Raises:
+        Forbidden: the caller lacks ``keys:manage``.
+        ValidationError: ``limit`` outside 1..100, ``cursor`` not a key id of the tenant.
+    """
+    who.require("keys:manage")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100:
+        raise ValidationError("limit: must be an integer in 1..100", field="limit")
+    after = checked.parse_id(cursor, "cursor") if cursor is not None else None
+    with rt.db.transaction(who.tenant) as conn:
+        rows = store.keys_page(conn, who.tenant, after=after, limit=limit + 1)
+        if not rows and after is not None and not store.key_exists(conn, who.tenant, after):
+            raise ValidationError("cursor: not a key id of this tenant", field="cursor")
+        values = _limit_values(rt, conn, who.tenant, rows)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    items = [{"key_id": str(r["key_id"]), "role": r["role"], "name": r["name"],
+              "permissions": sorted(_effective(r)),
+              "scope": render(r["scope"], values) if r["scope"] is not None else None,
+              "subject": (render(r["subject_id"], values) if r["subject_id"] is not None
+                          else None),
+              "created_at": r["created_at"], "last_used_at": r["last_used_at"],
+              "revoked_at": r["revoked_at"]} for r in rows]
+    return {"items": items, "next_cursor": items[-1]["key_id"] if more else None}
+
+
+def revoke_key(rt: Runtime, who: Principal, key_id: uuid.UUID | str, *,
+               request_id: str | None = None) -> dict[str, Any]:
+    """Revoke an API key of the caller's tenant: from now on it authenticates nowhere.
+
+    Idempotent: revoking a revoked key changes nothing, writes no audit row and answers
+    ``already_revoked: True`` with the original ``revoked_at``. The revocation appends a
+    ``KEY_REVOKE`` audit row naming the key id and role (never the token). A key may
+    revoke itself. Returns ``{"key_id", "revoked_at", "already_revoked"}``.
+
+    Raises:
+        Forbidden: the caller lacks ``keys:manage``.
+        ValidationError: ``key_id`` is not a UUID.
+        NotFound: the tenant has no such key (another tenant's key is not told apart).
+    """
+    who.require("keys:manage")
+    kid = checked.parse_id(key_id, "key_id")
+    with rt.db.transaction(who.tenant) as conn:
+        row = store.revoke_key(conn, who.tenant, kid)
+        if row is None:
+            raise NotFound("key_id: no API key with this id", field="key_id")
+        if not row["already_revoked"]:
+            audit.append(conn, tenant=who.tenant, operation="KEY_REVOKE", actor=who.actor,
+                         agent=who.agent, request_id=request_id,
+                         details={"key_id": str(kid), "role": row["role"],
+                                  "self": who.key_id == str(kid)})
+    return {"key_id": str(kid), "revoked_at": row["revoked_at"],
+            "already_revoked": row["already_revoked"]}
+
+
+def _effective(row: dict[str, Any]) -> frozenset[str]:
+    """A stored key's permissions: its role's, narrowed by ``permissions``, less
+    :data:`TENANT_WIDE` when it is limited to a scope or subject."""
     perms = ROLE_PERMISSIONS[row["role"]]
     if row["permissions"] is not None:
         perms = perms & frozenset(row["permissions"])
-    if scope is not None or subject is not None:
+    if row["scope"] is not None or row["subject_id"] is not None:
         perms = perms - TENANT_WIDE
-    return Principal(tenant=tenant, role=row["role"], permissions=perms, key_id=str(key_id),
-                     scope=scope, subject=subject)
+    return perms
+
+
+def _limit_values(rt: Runtime, conn: Any, tenant: str,
+                  rows: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """The vault values of the placeholders in the stored scope and subject of ``rows``
+    (``[erased]`` for a shredded one)."""
+    found = {m.group(0) for r in rows for v in (r["scope"], r["subject_id"]) if v
+             for m in PLACEHOLDER_RE.finditer(v)}
+    return rt.pii.reveal_values(conn, tenant, found) if found else {}
 
 
 def _limit(stored: str | None, values: dict[str, str]) -> str | None:

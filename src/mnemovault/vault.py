@@ -17,7 +17,8 @@ chat, chat_stream           :mod:`mnemovault.chat.service` (commands in
 redact, placeholder_outputs,:mod:`mnemovault.pii.service`
 vault_*, shred, rotate_kek
 ensure_tenant, create_key,  :mod:`mnemovault.keys`
-authenticate
+authenticate, list_keys,
+revoke_key
 audit                       :mod:`mnemovault.audit.service`
 ==========================  ===============================================================
 
@@ -171,6 +172,16 @@ class MemoryVault:
     def authenticate(self, token: str) -> Principal:
         """The principal of an API key token (raises ``Unauthenticated``)."""
         return keys.authenticate(self.rt, token)
+
+    def list_keys(self, *, limit: int = 50, cursor: uuid.UUID | str | None = None,
+                  principal: Principal | None = None) -> dict[str, Any]:
+        """API keys, metadata only, keyset paged; see :func:`mnemovault.keys.list_keys`."""
+        return keys.list_keys(self.rt, self._who(principal), limit=limit, cursor=cursor)
+
+    def revoke_key(self, key_id: uuid.UUID | str, *, principal: Principal | None = None,
+                   request_id: str | None = None) -> dict[str, Any]:
+        """Revoke an API key (idempotent, audited); see :func:`mnemovault.keys.revoke_key`."""
+        return keys.revoke_key(self.rt, self._who(principal), key_id, request_id=request_id)
 
     # -- write path (mnemovault.memories.write) -------------------------------------------
     def remember(self, content: str, *, scope: str, subject: str | None = None,

@@ -1,11 +1,14 @@
 """API keys over HTTP (permission ``keys:manage``): create a key of the caller's tenant,
-optionally narrowed to fewer permissions, one scope and one subject. The token is in the
-response once and never stored."""
+optionally narrowed to fewer permissions, one scope and one subject (the token is in the
+response once and never stored); list the tenant's keys (metadata only, keyset paged);
+revoke one (idempotent, audited)."""
 
+import uuid
 from collections.abc import Callable
+from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from mnemovault.auth import ALL_PERMISSIONS, Principal, Role
@@ -38,6 +41,34 @@ class KeyCreated(BaseModel):
     subject: str | None = None
 
 
+class KeyInfo(BaseModel):
+    """A key's metadata (never its secret or hash): effective ``permissions``; ``scope``
+    and ``subject`` limits as written; ``revoked_at`` None while it works."""
+
+    key_id: str
+    role: Role
+    name: str | None = None
+    permissions: list[str]
+    scope: str | None = None
+    subject: str | None = None
+    created_at: datetime
+    last_used_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+
+class KeyPage(BaseModel):
+    """Keys oldest first; pass ``next_cursor`` back as ``cursor`` (None: the last page)."""
+
+    items: list[KeyInfo]
+    next_cursor: str | None
+
+
+class KeyRevoked(BaseModel):
+    key_id: str
+    revoked_at: datetime
+    already_revoked: bool
+
+
 def keys_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:
     router = APIRouter(prefix="/v1/keys", tags=["keys"])
     Auth = Annotated[Principal, Depends(principal)]
@@ -52,5 +83,20 @@ def keys_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIR
         return KeyCreated(key_id=str(key_id), token=token, tenant=who.tenant, role=made.role,
                           permissions=sorted(made.permissions), scope=made.scope,
                           subject=made.subject)
+
+    @router.get("", response_model=KeyPage)
+    def list_keys(who: Auth, limit: Annotated[int, Query(ge=1, le=100)] = 50,
+                  cursor: uuid.UUID | None = None) -> KeyPage:
+        """The tenant's API keys, revoked ones included, oldest first (``keys:manage``);
+        ``cursor`` = the last key id of the previous page."""
+        return KeyPage(**vault.list_keys(limit=limit, cursor=cursor, principal=who))
+
+    @router.delete("/{key_id}", response_model=KeyRevoked)
+    def revoke_key(key_id: uuid.UUID, who: Auth, request: Request) -> KeyRevoked:
+        """Revoke a key (``keys:manage``): every later request with it answers 401.
+        Idempotent (``already_revoked``); a key may revoke itself; 404 if the tenant has
+        no such key."""
+        return KeyRevoked(**vault.revoke_key(key_id, principal=who,
+                                             request_id=str(request.state.request_id)))
 
     return router

@@ -11,11 +11,13 @@ the vault, the embedder and the HTTP API are imported inside functions so that
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +28,18 @@ from rich.table import Table
 from rich.text import Text
 
 from mnemovault.config import Settings
-from mnemovault.errors import ConfigError, MnemoError, NotFound, Unavailable
+from mnemovault.errors import ConfigError, MnemoError, NotFound, Unavailable, ValidationError
+from mnemovault.validation import _ISO_8601, TIME_RULE
 
 out = Console()
 err = Console(stderr=True)
 
 EXIT_CODES = {"validation": 2, "not_found": 3, "forbidden": 4, "unauthenticated": 4,
               "conflict": 5, "refused": 5, "unavailable": 6, "config": 7}
+
+# an ISO 8601 time but for a year of five or more digits (year 10000): out of range, which
+# is what to say (the ISO 8601 check alone would call it malformed)
+_EXTENDED_YEAR = re.compile(r"[+-]?\d{5,}" + _ISO_8601.pattern.removeprefix(r"\d{4}"))
 
 
 @dataclass
@@ -64,8 +71,8 @@ def _require_database(settings: Settings) -> None:
     if pgdata is not None:
         raise ConfigError(
             f"data-dir: no database in {pgdata.parent} (check --data-dir or "
-            "MNEMOVAULT_DATA_DIR); commands that write (remember, import, demo, db upgrade) "
-            "create one",
+            "MNEMOVAULT_DATA_DIR); commands that write (remember, import, demo, db upgrade), "
+            "serve, keys create and mcp --local create one",
             field="data_dir")
 
 
@@ -105,6 +112,45 @@ def _not_found(missing: list[Any], what: str, field: str) -> None:
     if missing:
         _fail(NotFound(f"{field}: no {what} " + " ".join(str(m) for m in missing),
                        field=field))
+
+
+def _confirm(prompt: str) -> bool:
+    """Ask yes/no on stderr; end of input (stdin closed or at EOF) or Ctrl-C is a no."""
+    try:
+        return typer.confirm(prompt, err=True)
+    except typer.Abort:
+        err.print()  # the prompt left the cursor on its line
+        return False
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    """``"1 memory"``, ``"2 memories"``."""
+    return f"{n} {one if n == 1 else many}"
+
+
+def _timestamp(value: str | None, field: str) -> datetime | None:
+    """A ``--since``/``--until`` option, parsed by the one timestamp rule of every interface
+    (:data:`mnemovault.validation.Timestamp`: ISO 8601, never an epoch number, within
+    :data:`~mnemovault.validation.TIME_RULE`); None for None.
+
+    Raises:
+        ValidationError: naming ``field`` and the rule (the range rule for an ISO-shaped
+            time whose year has more than four digits, e.g. year 10000).
+    """
+    from pydantic import TypeAdapter
+    from pydantic import ValidationError as PydanticValidationError
+
+    from mnemovault.validation import Timestamp, validation_error_from_pydantic
+
+    if value is None:
+        return None
+    try:
+        parsed: datetime = TypeAdapter(Timestamp).validate_python(value)
+    except PydanticValidationError as exc:
+        if _EXTENDED_YEAR.fullmatch(value.strip()):
+            raise ValidationError(f"{field}: {TIME_RULE}", field=field) from None
+        raise validation_error_from_pydantic(exc, prefix=field) from None
+    return parsed
 
 
 def _declined() -> None:

@@ -1,23 +1,38 @@
-"""``mnemovault keys`` (API keys: ``keys create``) and ``mnemovault kek`` (key-encryption
-keys of the PII vault: ``kek rotate``)."""
+"""``mnemovault keys`` (API keys: ``keys create``, ``keys list``, ``keys revoke``) and
+``mnemovault kek`` (key-encryption keys of the PII vault: ``kek rotate``).
+
+The ``keys`` commands act as the local operator (owner) of ``--tenant``, which defaults to
+the global ``--tenant`` option (``mnemovault --tenant acme keys list``), itself defaulting
+to ``MNEMOVAULT_TENANT`` or ``default``."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 import typer
+from rich.table import Table
+from rich.text import Text
 
-from mnemovault.cli._common import _emit_json, _fail, _vault, err, out
+from mnemovault.cli._common import _emit_json, _fail, _state, _vault, err, out
 from mnemovault.errors import MnemoError
 
 keys_app = typer.Typer(help="API keys.", no_args_is_help=True)
+
+TenantOption = Annotated[str | None, typer.Option(
+    help="Tenant id (default: the global --tenant).")]
+
+
+def _tenant(ctx: typer.Context, tenant: str | None) -> str:
+    """``--tenant`` of the command, else the global one (settings.tenant)."""
+    return tenant if tenant is not None else str(_state(ctx).settings.tenant)
 kek_app = typer.Typer(help="Key-encryption keys of the PII vault.", no_args_is_help=True)
 
 
 @keys_app.command("create")
 def keys_create(
     ctx: typer.Context,
-    tenant: Annotated[str, typer.Option(help="Tenant id (created if new).")],
+    tenant: Annotated[str | None, typer.Option(
+        help="Tenant id, created if new (default: the global --tenant).")] = None,
     role: Annotated[str, typer.Option(help="owner, admin, member or service.")] = "member",
     name: Annotated[str | None, typer.Option(help="A label for the key.")] = None,
     scope: Annotated[str | None, typer.Option(
@@ -30,6 +45,7 @@ def keys_create(
 ) -> None:
     """Create an API key. The token is printed once and never stored. A key limited to a
     scope or subject sees only what lies within it, and holds no tenant-wide permission."""
+    tenant = _tenant(ctx, tenant)
     try:
         with _vault(ctx) as vault:
             token, key_id = vault.create_key(tenant, role, name=name, scope=scope,
@@ -48,6 +64,66 @@ def keys_create(
                   highlight=False)
         out.print(token, highlight=False, soft_wrap=True)
         err.print("[dim]store it now: it cannot be shown again[/]")
+
+
+@keys_app.command("list")
+def keys_list(
+    ctx: typer.Context,
+    tenant: TenantOption = None,
+    limit: Annotated[int, typer.Option(help="Page size (1-100).")] = 100,
+    cursor: Annotated[str | None, typer.Option(
+        help="Last key id of the previous page.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List the tenant's API keys, oldest first, revoked ones included: metadata only
+    (never a token or its hash)."""
+    try:
+        with _vault(ctx, create=False) as vault:
+            page = vault.list_keys(limit=limit, cursor=cursor,
+                                   principal=vault.principal(_tenant(ctx, tenant)))
+    except MnemoError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _emit_json(page)
+        return
+    table = Table()
+    table.add_column("key id", no_wrap=True)  # whole: it is what `keys revoke` takes
+    for col in ("role", "name", "limits", "created", "last used", "revoked"):
+        table.add_column(col, overflow="fold")
+    for k in page["items"]:
+        limits = ", ".join(f"{f} {k[f]}" for f in ("scope", "subject") if k[f] is not None)
+        table.add_row(k["key_id"], k["role"], Text(k["name"] or ""), Text(limits),
+                      *(f"{k[f]:%Y-%m-%d %H:%M}" if k[f] else "-"
+                        for f in ("created_at", "last_used_at", "revoked_at")))
+    out.print(table)
+    if page["next_cursor"]:
+        out.print(f"next page: --cursor {page['next_cursor']}", soft_wrap=True,
+                  highlight=False)
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    ctx: typer.Context,
+    key_id: Annotated[str, typer.Argument(help="The key's id (see keys list).")],
+    tenant: TenantOption = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Revoke an API key: every later request with it is refused (401). Revoking a
+    revoked key changes nothing. Exit 3 if the tenant has no such key."""
+    try:
+        with _vault(ctx, create=False) as vault:
+            res = vault.revoke_key(key_id, principal=vault.principal(_tenant(ctx, tenant)))
+    except MnemoError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _emit_json(res)
+    elif res["already_revoked"]:
+        out.print(f"key {res['key_id']} was already revoked at {res['revoked_at']}",
+                  highlight=False)
+    else:
+        out.print(f"key {res['key_id']} revoked at {res['revoked_at']}", highlight=False)
 
 
 @kek_app.command("rotate")

@@ -10,11 +10,13 @@ from rich.table import Table
 from rich.text import Text
 
 from mnemovault.cli._common import (
+    _confirm,
     _declined,
     _emit_json,
     _fail,
     _import,
     _not_found,
+    _plural,
     _print_hits,
     _vault,
     err,
@@ -32,7 +34,7 @@ def remember(
     type: Annotated[str, typer.Option(help="episode, fact or procedure.")] = "episode",
     entity: Annotated[list[str] | None, typer.Option(
         help="A personal value to pseudonymise, as kind=value (repeatable).")] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
 ) -> None:
     """Remember one memory."""
     entities = []
@@ -63,8 +65,9 @@ def recall(
     scope: Annotated[str, typer.Option(help="Scope to search.")] = "default",
     k: Annotated[int, typer.Option("-k", help="How many results (1-100).")] = 5,
     subject: Annotated[str | None, typer.Option(help="Only this subject.")] = None,
-    reveal: Annotated[bool, typer.Option(help="Show personal values (audited).")] = False,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    reveal: Annotated[bool, typer.Option(metavar="", help="Show personal values (audited).")]
+    = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
 ) -> None:
     """Recall the memories that best match a query."""
     try:
@@ -86,8 +89,8 @@ def list_cmd(
     limit: Annotated[int, typer.Option(help="Page size (1-100).")] = 20,
     cursor: Annotated[str | None, typer.Option(help="Last id of the previous page.")] = None,
     flagged: Annotated[bool, typer.Option(
-        "--flagged", help="Only memories the injection sanitiser flagged.")] = False,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+        "--flagged", metavar="", help="Only memories the injection sanitiser flagged.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
 ) -> None:
     """List memories, oldest first, one page at a time."""
     try:
@@ -112,8 +115,9 @@ def list_cmd(
 def delete(
     ctx: typer.Context,
     ids: Annotated[list[str], typer.Argument(help="Memory ids to forget.")],
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", metavar="",
+                                            help="Do not ask for confirmation.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
 ) -> None:
     """Forget memories by id (all their versions too), after a preview.
 
@@ -127,7 +131,8 @@ def delete(
                 for row in preview:
                     err.print(f"  {row['id']} {row['type']} {row['status']}: ",
                               Text(row["excerpt"]), sep="", highlight=False)
-                if not typer.confirm(f"forget these {len(preview)} memories?", err=True):
+                n = len(preview)
+                if not _confirm(f"forget {'this memory' if n == 1 else f'these {n} memories'}?"):
                     _declined()
             res = vault.delete(ids, trigger="cli")
     except MnemoError as exc:
@@ -136,7 +141,8 @@ def delete(
     if as_json:
         _emit_json(res.model_dump(mode="json"))
     else:
-        out.print(f"forgot {len(res.deleted)} memories (audit seq {res.audit_seq})")
+        out.print(f"forgot {_plural(len(res.deleted), 'memory', 'memories')} "
+                  f"(audit seq {res.audit_seq})")
     _not_found(res.not_found, "memory with id", "ids")
 
 
@@ -149,7 +155,7 @@ def import_cmd(
         = "default",
     format: Annotated[str, typer.Option(help="auto, jsonl, json or locomo.")] = "auto",
     batch_size: Annotated[int, typer.Option(help="Memories per transaction.")] = 128,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
 ) -> None:
     """Import a conversation file: every record (or LoCoMo turn) becomes an episode.
 
@@ -166,8 +172,9 @@ def import_cmd(
     if as_json:
         _emit_json(summary)
     else:
-        out.print(f"imported [bold]{summary['imported']}[/] memories into "
-                  f"{summary['scopes']} scope(s) in {summary['seconds']} s "
+        n = summary["imported"]
+        out.print(f"imported [bold]{n}[/] {'memory' if n == 1 else 'memories'} into "
+                  f"{_plural(summary['scopes'], 'scope', 'scopes')} in {summary['seconds']} s "
                   f"({summary['per_second']}/s)")
 
 
@@ -176,7 +183,7 @@ def flagged_cmd(
     scope: Annotated[str | None, typer.Option(help="Only this scope.")] = None,
     limit: Annotated[int, typer.Option(help="Page size (1-100).")] = 20,
     cursor: Annotated[str | None, typer.Option(help="Last id of the previous page.")] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
 ) -> None:
     """List the memories the injection sanitiser flagged (imported or tool-supplied text
     with phrasing aimed at a model), for a person to review: ``list --flagged``."""

@@ -24,7 +24,7 @@ pii_app = typer.Typer(help="The PII vault: entries, shredding, export.", no_args
 def vault_list(ctx: typer.Context,
                limit: Annotated[int, typer.Option(help="Page size (1-100).")] = 50,
                cursor: Annotated[str | None, typer.Option(help="Last placeholder seen.")] = None,
-               as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+               as_json: Annotated[bool, typer.Option("--json", metavar="")] = False) -> None:
     """List vault entries (metadata only, never values)."""
     try:
         with _vault(ctx, create=False) as vault:
@@ -47,8 +47,8 @@ def vault_list(ctx: typer.Context,
 @pii_app.command("shred")
 def vault_shred(ctx: typer.Context,
                 placeholders: Annotated[list[str], typer.Argument(help="Placeholders.")],
-                as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Crypto-shred values: every record using them shows [erased] from now on."""
+                as_json: Annotated[bool, typer.Option("--json", metavar="")] = False) -> None:
+    r"""Crypto-shred values: every record using them shows \[erased] from now on."""
     try:
         with _vault(ctx, create=False) as vault:
             done = vault.shred(placeholders, trigger="cli")

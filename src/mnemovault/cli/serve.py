@@ -22,15 +22,24 @@ from mnemovault.cli._common import (
     out,
 )
 from mnemovault.config import Settings, default_data_dir
-from mnemovault.errors import MnemoError
+from mnemovault.errors import MnemoError, Unavailable, ValidationError
 
 
 def serve(
     ctx: typer.Context,
     host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8077,
+    port: Annotated[int, typer.Option(help="TCP port (1-65535).")] = 8077,
 ) -> None:
-    """Run the HTTP API (docs at /docs)."""
+    """Run the HTTP API (docs at /docs).
+
+    Exit 2 for a port outside 1-65535, 6 when the port is taken (checked before the
+    database is opened)."""
+    try:
+        check_listen(host, port)
+    except MnemoError as exc:
+        _fail(exc)
+        return
+
     import uvicorn
 
     from mnemovault.api import create_app
@@ -44,6 +53,40 @@ def serve(
             uvicorn.run(create_app(vault), host=host, port=port, log_level="info")
     except MnemoError as exc:
         _fail(exc)
+
+
+def check_listen(host: str, port: int) -> None:
+    """Refuse, before anything starts, a port out of range or one that cannot be listened
+    on at ``host`` (taken by another process, a host that is not this machine's): a bind
+    test, released at once (``SO_REUSEADDR``, as uvicorn binds, so a port in TIME_WAIT is
+    free).
+
+    Raises:
+        ValidationError: ``port`` outside 1..65535, or ``host`` not an address (exit 2).
+        Unavailable: the port is in use, or the address cannot be bound (exit 6).
+    """
+    import errno
+    import socket
+
+    if not 1 <= port <= 65535:
+        raise ValidationError("port: must be in 1..65535", field="port")
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError):
+        raise ValidationError(f"host: cannot resolve {host!r} to an address",
+                              field="host") from None
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise Unavailable(f"port: {host}:{port} is already in use (another server "
+                                  "is listening there); pick another --port",
+                                  field="port") from None
+            raise Unavailable(f"host: cannot listen on {host}:{port} ({exc.strerror})",
+                              field="host") from None
 
 
 DEMO_QUESTIONS = (
@@ -86,7 +129,7 @@ def next_steps(settings: Settings, example: str) -> list[tuple[str, str]]:
 
 
 def demo(ctx: typer.Context,
-         as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+         as_json: Annotated[bool, typer.Option("--json", metavar="")] = False) -> None:
     """Import the example conversation into tenant 'demo', recall from it, show next steps."""
     state = _state(ctx)
     state.settings = state.settings.model_copy(update={"tenant": "demo"})

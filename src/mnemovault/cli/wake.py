@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 import typer
 
-from mnemovault.cli._common import _emit_json, _fail, _vault, out
+from mnemovault.cli._common import _emit_json, _fail, _plural, _timestamp, _vault, out
 from mnemovault.errors import MnemoError
 
 
@@ -19,7 +18,7 @@ def wake(
     = None,
     budget: Annotated[int, typer.Option(help="Token budget (100-32000; tokens ~ chars/4).")]
     = 1000,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
 ) -> None:
     """Print the waking state: pinned records, the most used facts and the most recent
     records, fenced as data (never instructions), within a token budget."""
@@ -33,7 +32,8 @@ def wake(
         _emit_json(state.model_dump(mode="json"))
         return
     print(state.pack)
-    out.print(f"[dim]{len(state.records)} records, ~{state.tokens}/{state.budget} tokens"
+    records = _plural(len(state.records), "record", "records")
+    out.print(f"[dim]{records}, ~{state.tokens}/{state.budget} tokens"
               + (f", {state.left_out} left out" if state.left_out else "") + "[/]",
               highlight=False)
 
@@ -42,19 +42,22 @@ def timeline(
     ctx: typer.Context,
     scope: Annotated[str, typer.Option(help="Scope.")] = "default",
     subject: Annotated[str | None, typer.Option(help="Only this subject.")] = None,
-    since: Annotated[datetime | None, typer.Option(help="From this time (inclusive).")]
+    since: Annotated[str | None, typer.Option(
+        metavar="<ISO 8601>", help="From this time (inclusive), e.g. 2024-05-01T12:00:00Z.")]
     = None,
-    until: Annotated[datetime | None, typer.Option(help="Up to this time (exclusive).")]
+    until: Annotated[str | None, typer.Option(
+        metavar="<ISO 8601>", help="Up to this time (exclusive).")]
     = None,
     limit: Annotated[int, typer.Option(help="Page size (1-100).")] = 50,
     cursor: Annotated[str | None, typer.Option(help="next_cursor of the previous page.")]
     = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
 ) -> None:
     """List memories oldest first by creation time (archived ones included)."""
     try:
+        start, end = _timestamp(since, "since"), _timestamp(until, "until")
         with _vault(ctx, create=False) as vault:
-            page = vault.timeline(scope=scope, subject=subject, since=since, until=until,
+            page = vault.timeline(scope=scope, subject=subject, since=start, until=end,
                                   limit=limit, cursor=cursor)
     except MnemoError as exc:
         _fail(exc)

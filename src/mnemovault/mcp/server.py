@@ -16,8 +16,9 @@ with ``isError`` set whose text and ``structuredContent`` are the HTTP API's err
 envelope, ``{"error": {"code", "message", "field"?, "details"?}}`` (a missing permission
 named in ``details.permission``; a refused semantic forget lists ``details.candidates``).
 Any other exception is a defect: logged by its type only and answered as ``internal``.
-Arguments that do not match a tool's input schema are refused by the SDK before the tool
-runs (also ``isError``).
+An argument a tool does not take is refused with the envelope (``validation``, ``field``
+naming it; the SDK itself would ignore it); arguments of the wrong type are refused by the
+SDK before the tool runs (also ``isError``).
 
 Tools (each description says what it does to stored data): ``remember``, ``recall``,
 ``forget``, ``pin``, ``unpin``, ``erase_value``, ``timeline``, ``wake``. Prompt:
@@ -35,6 +36,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
@@ -110,12 +113,45 @@ def error_result(exc: MnemoError) -> CallToolResult:
                           structured_content=body, is_error=True)
 
 
+UNKNOWN_ARGUMENTS = "__mnemovault_unknown_arguments__"
+"""The keyword :class:`_StrictArguments` hands the tool wrapper in place of the arguments
+when a call names arguments the tool does not take."""
+
+
+class _StrictArguments(FuncMetadata):
+    """A tool's argument metadata that refuses unknown arguments (the SDK's argument model
+    ignores them): instead of validating, it hands :func:`_governed`'s wrapper the unknown
+    names and the known ones, so the refusal is the error envelope like every other."""
+
+    def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
+        known = [f.alias or n for n, f in self.arg_model.model_fields.items()]
+        unknown = [a for a in arguments_to_validate if a not in known]
+        if unknown:
+            return {UNKNOWN_ARGUMENTS: (unknown, known)}
+        return super().validate_arguments(arguments_to_validate)
+
+
+def _strict(tool: Tool) -> Tool:
+    """``tool`` refusing unknown arguments, and its input schema saying so."""
+    meta = tool.fn_metadata
+    tool.fn_metadata = _StrictArguments(
+        **{name: getattr(meta, name) for name in FuncMetadata.model_fields})
+    tool.parameters = {**tool.parameters, "additionalProperties": False}
+    return tool
+
+
 def _governed(fn: Callable[..., Result]) -> Callable[..., Any]:
-    """Wrap a tool so that its mnemovault errors (and defects) become tool errors; the
-    wrapper keeps the tool's signature, from which the SDK derives the input schema."""
+    """Wrap a tool so that its mnemovault errors (and defects) become tool errors, and a
+    call with unknown arguments is refused (:class:`_StrictArguments`); the wrapper keeps
+    the tool's signature, from which the SDK derives the input schema."""
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
+        if UNKNOWN_ARGUMENTS in kwargs:
+            unknown, known = kwargs[UNKNOWN_ARGUMENTS]
+            return error_result(MnemoValidationError(
+                f"{unknown[0]}: unknown argument; {fn.__name__} takes "
+                + ", ".join(known), field=unknown[0], unknown=unknown))
         try:
             return fn(*args, **kwargs)
         except MnemoError as exc:
@@ -169,21 +205,14 @@ def build_server(vault: MemoryVault, principal_of: PrincipalSource) -> MCPServer
     ``principal_of`` resolves the caller on every call (see the module docstring); a
     tool's errors are mapped by :func:`error_result`.
     """
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    server: MCPServer[Any] = MCPServer(
-        "mnemovault", title="mnemovault", version=__version__,
-        description="Governed long-term memory for AI agents.", instructions=INSTRUCTIONS)
-    # MCPServer() calls logging.basicConfig(); the application's logging is not its to set
-    root.handlers[:] = handlers
-    root.setLevel(level)
+    tools: list[Tool] = []
 
     def tool(title: str, **hints: bool) -> Callable[[Callable[..., Result]], None]:
         def register(fn: Callable[..., Result]) -> None:
-            server.add_tool(_governed(fn), name=fn.__name__, title=title,
-                            description=" ".join((fn.__doc__ or "").split()),
-                            annotations=_tool_annotations(title, **hints),
-                            structured_output=True)
+            tools.append(_strict(Tool.from_function(
+                _governed(fn), name=fn.__name__, title=title,
+                description=" ".join((fn.__doc__ or "").split()),
+                annotations=_tool_annotations(title, **hints), structured_output=True)))
         return register
 
     @tool("Remember")
@@ -355,6 +384,16 @@ def build_server(vault: MemoryVault, principal_of: PrincipalSource) -> MCPServer
         `memory:read`."""
         return views.wake(vault, principal_of(ctx), scope=scope, subject=subject,
                           budget_tokens=budget_tokens)
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    server: MCPServer[Any] = MCPServer(
+        "mnemovault", title="mnemovault", version=__version__,
+        description="Governed long-term memory for AI agents.", instructions=INSTRUCTIONS,
+        tools=tools)
+    # MCPServer() calls logging.basicConfig(); the application's logging is not its to set
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
     @server.prompt(name=PROMPT_NAME, title="Memory rules",
                    description="How to use mnemovault's memory tools, and the rule that "

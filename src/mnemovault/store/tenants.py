@@ -47,3 +47,52 @@ def key(conn: Conn, tenant: str, key_id: uuid.UUID) -> dict[str, Any] | None:
         "t.deleted_at FROM api_keys k JOIN tenants t USING (tenant_id) "
         "WHERE k.tenant_id = %s AND k.key_id = %s",
         (tenant, key_id)).fetchone()
+
+
+def touch_key(conn: Conn, tenant: str, key_id: uuid.UUID) -> None:
+    """Record that a key was just used: ``last_used_at`` = now, written at most once a
+    minute per key (so authenticating does not write on every request)."""
+    conn.execute(
+        "UPDATE api_keys SET last_used_at = now() WHERE tenant_id = %s AND key_id = %s "
+        "AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')",
+        (tenant, key_id))
+
+
+def keys_page(conn: Conn, tenant: str, *, after: uuid.UUID | None,
+              limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` API keys of ``tenant``, oldest first (``created_at``, then
+    ``key_id``), after the key ``after`` (None: from the start). Metadata only: never the
+    hash. ``scope`` and ``subject_id`` as stored (pseudonymised)."""
+    cols = ("SELECT key_id, role, name, permissions, scope, subject_id, created_at, "
+            "last_used_at, revoked_at FROM api_keys WHERE tenant_id = %s")
+    if after is None:
+        return conn.execute(cols + " ORDER BY created_at, key_id LIMIT %s",
+                            (tenant, limit)).fetchall()
+    return conn.execute(
+        cols + " AND (created_at, key_id) > (SELECT created_at, key_id FROM api_keys "
+        "WHERE tenant_id = %s AND key_id = %s) ORDER BY created_at, key_id LIMIT %s",
+        (tenant, tenant, after, limit)).fetchall()
+
+
+def key_exists(conn: Conn, tenant: str, key_id: uuid.UUID) -> bool:
+    """Whether ``tenant`` has a key ``key_id`` (revoked or not)."""
+    return conn.execute("SELECT 1 FROM api_keys WHERE tenant_id = %s AND key_id = %s",
+                        (tenant, key_id)).fetchone() is not None
+
+
+def revoke_key(conn: Conn, tenant: str, key_id: uuid.UUID) -> dict[str, Any] | None:
+    """Revoke a key (idempotent): ``revoked_at`` (kept if already set), ``role`` and
+    ``already_revoked``; None if ``tenant`` has no such key. Locks the row, so two
+    concurrent revocations agree on which one revoked it."""
+    row = conn.execute(
+        "SELECT role, revoked_at FROM api_keys WHERE tenant_id = %s AND key_id = %s "
+        "FOR UPDATE", (tenant, key_id)).fetchone()
+    if row is None:
+        return None
+    if row["revoked_at"] is not None:
+        return {**row, "already_revoked": True}
+    done = conn.execute(
+        "UPDATE api_keys SET revoked_at = now() WHERE tenant_id = %s AND key_id = %s "
+        "RETURNING revoked_at", (tenant, key_id)).fetchone()
+    assert done is not None  # the row is locked: it is still there
+    return {"role": row["role"], "revoked_at": done["revoked_at"], "already_revoked": False}
