@@ -65,6 +65,15 @@ def check_text(value: str, *, max_len: int, allow_newlines: bool = True) -> str:
     return value
 
 
+def _non_blank(value: Any, field: str, *, max_len: int, allow_newlines: bool) -> str:
+    rule = text_rule(value, max_len=max_len, allow_newlines=allow_newlines)
+    if rule is None and not value.strip():
+        rule = "must not be blank"
+    if rule is not None:
+        raise ValidationError(f"{field}: {rule}", field=field)
+    return str(value)
+
+
 def name(value: Any, field: str, *, max_len: int = MAX_NAME_CHARS) -> str:
     """A library name argument (scope, subject, cursor, placeholder): non-blank text
     without control characters.
@@ -72,12 +81,7 @@ def name(value: Any, field: str, *, max_len: int = MAX_NAME_CHARS) -> str:
     Raises:
         ValidationError: names ``field`` and the rule.
     """
-    rule = text_rule(value, max_len=max_len, allow_newlines=False)
-    if rule is None and not value.strip():
-        rule = "must not be blank"
-    if rule is not None:
-        raise ValidationError(f"{field}: {rule}", field=field)
-    return str(value)
+    return _non_blank(value, field, max_len=max_len, allow_newlines=False)
 
 
 def query(value: Any, field: str = "query", *, max_len: int = MAX_QUERY_CHARS) -> str:
@@ -86,12 +90,7 @@ def query(value: Any, field: str = "query", *, max_len: int = MAX_QUERY_CHARS) -
     Raises:
         ValidationError: names ``field`` and the rule.
     """
-    rule = text_rule(value, max_len=max_len, allow_newlines=True)
-    if rule is None and not value.strip():
-        rule = "must not be blank"
-    if rule is not None:
-        raise ValidationError(f"{field}: {rule}", field=field)
-    return str(value)
+    return _non_blank(value, field, max_len=max_len, allow_newlines=True)
 
 
 def optional_name(value: Any, field: str, *, max_len: int = MAX_NAME_CHARS) -> str | None:

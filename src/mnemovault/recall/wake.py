@@ -38,6 +38,17 @@ def tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
 
 
+def _within(who: Principal, scope: str, subject: str | None) -> tuple[str, str | None]:
+    """The checked scope and subject (a subject-limited key's own by default), for a
+    caller with ``memory:read`` within its key's limits."""
+    who.require("memory:read")
+    scope = checked.name(scope, "scope")
+    subject = checked.optional_name(subject, "subject")
+    who.check_scope(scope)
+    who.check_subject(subject)
+    return scope, subject if subject is not None else who.subject
+
+
 def wake(rt: Runtime, who: Principal, *, scope: str, subject: str | None = None,
          budget: int = DEFAULT_BUDGET) -> WakeState:
     """The waking state of ``subject`` (or of the whole scope) in ``scope`` (module
@@ -48,12 +59,7 @@ def wake(rt: Runtime, who: Principal, *, scope: str, subject: str | None = None,
         ValidationError: a bad scope or subject, a budget outside 100..32000.
         Forbidden: missing ``memory:read``, or outside the key's limits.
     """
-    who.require("memory:read")
-    scope = checked.name(scope, "scope")
-    subject = checked.optional_name(subject, "subject")
-    who.check_scope(scope)
-    who.check_subject(subject)
-    subject = subject if subject is not None else who.subject
+    scope, subject = _within(who, scope, subject)
     if not isinstance(budget, int) or not MIN_BUDGET <= budget <= MAX_BUDGET:
         raise ValidationError(f"budget: must be an integer in {MIN_BUDGET}..{MAX_BUDGET}",
                               field="budget")
@@ -117,12 +123,7 @@ def timeline(rt: Runtime, who: Principal, *, scope: str, subject: str | None = N
         ValidationError: bad scope, subject, times (:mod:`mnemovault.validation`), limit or
             cursor.
     """
-    who.require("memory:read")
-    scope = checked.name(scope, "scope")
-    subject = checked.optional_name(subject, "subject")
-    who.check_scope(scope)
-    who.check_subject(subject)
-    subject = subject if subject is not None else who.subject
+    scope, subject = _within(who, scope, subject)
     if not isinstance(limit, int) or not 1 <= limit <= 100:
         raise ValidationError("limit: must be an integer in 1..100", field="limit")
     times = {}

@@ -32,6 +32,20 @@ depends_on = None
 POLICY = "tenant_id = (SELECT mv_current_tenant())"
 
 
+def _set_policies(expr: str) -> None:
+    """Every ``tenant_isolation`` policy: USING and WITH CHECK ``expr``."""
+    op.execute(f"""
+        DO $$
+        DECLARE r record;
+        BEGIN
+          FOR r IN SELECT schemaname, tablename FROM pg_policies
+                   WHERE policyname = 'tenant_isolation' LOOP
+            EXECUTE format('ALTER POLICY tenant_isolation ON %I.%I USING ({expr}) '
+                           'WITH CHECK ({expr})', r.schemaname, r.tablename);
+          END LOOP;
+        END $$""")
+
+
 def _pads(key: bytes) -> tuple[bytes, bytes]:
     block = key.ljust(64, b"\x00")
     return (bytes(b ^ 0x36 for b in block), bytes(b ^ 0x5C for b in block))
@@ -80,29 +94,10 @@ def upgrade() -> None:
         END $$""")
     op.execute("REVOKE ALL ON FUNCTION mv_current_tenant() FROM PUBLIC")
     op.execute(f"GRANT EXECUTE ON FUNCTION mv_current_tenant() TO {role}")
-    op.execute(f"""
-        DO $$
-        DECLARE r record;
-        BEGIN
-          FOR r IN SELECT schemaname, tablename FROM pg_policies
-                   WHERE policyname = 'tenant_isolation' LOOP
-            EXECUTE format('ALTER POLICY tenant_isolation ON %I.%I USING ({POLICY}) '
-                           'WITH CHECK ({POLICY})', r.schemaname, r.tablename);
-          END LOOP;
-        END $$""")
+    _set_policies(POLICY)
 
 
 def downgrade() -> None:
-    plain = "tenant_id = current_setting('mnemovault.tenant_id', true)"
-    op.execute(f"""
-        DO $$
-        DECLARE r record;
-        BEGIN
-          FOR r IN SELECT schemaname, tablename FROM pg_policies
-                   WHERE policyname = 'tenant_isolation' LOOP
-            EXECUTE format('ALTER POLICY tenant_isolation ON %I.%I USING ({plain}) '
-                           'WITH CHECK ({plain})', r.schemaname, r.tablename);
-          END LOOP;
-        END $$""")
+    _set_policies("tenant_id = current_setting('mnemovault.tenant_id', true)")
     op.execute("DROP FUNCTION mv_current_tenant()")
     op.execute("DROP TABLE mv_tenant_key")
