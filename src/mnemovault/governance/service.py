@@ -61,11 +61,11 @@ def query_matches(rt: Runtime, who: Principal, query: str, scope: str,
         floor = max(floor, sims[0][0] - s.forget_similarity_margin)
     out = [mid for sim, mid in sims if sim >= floor]
     with rt.db.transaction(who.tenant) as conn:
-        detected, typed = pii.query_placeholders(rt, conn, who.tenant, query)
+        tr = pii.Translator(rt, conn, who.tenant)
+        detected, typed = pii.query_placeholders(rt, conn, who.tenant, query, tr)
         if detected or typed:
-            out += memory_store.using_nodes(
-                conn, [*detected, *typed], pii.translate(rt, conn, who.tenant, scope) or scope,
-                pii.translate(rt, conn, who.tenant, who.subject))
+            out += memory_store.using_nodes(conn, [*detected, *typed], tr(scope) or scope,
+                                            tr(who.subject))
     return list(dict.fromkeys(out))
 
 
@@ -99,9 +99,8 @@ def forget_preview(rt: Runtime, who: Principal, ids: Sequence[uuid.UUID | str] |
     if not parsed:
         return []
     with rt.db.transaction(who.tenant) as conn:
-        sscope = pii.translate(rt, conn, who.tenant, scope) if scope is not None else None
-        rows, _ = forget_mod.preview(conn, parsed, scope=sscope,
-                                     subject=pii.translate(rt, conn, who.tenant, who.subject))
+        tr = pii.Translator(rt, conn, who.tenant)
+        rows, _ = forget_mod.preview(conn, parsed, scope=tr(scope), subject=tr(who.subject))
         erased = rt.pii.erased_placeholders(
             conn, {m.group(0) for r in rows for m in PLACEHOLDER_RE.finditer(r["content"])})
     rank = {mid: n for n, mid in enumerate(parsed)}
@@ -162,17 +161,17 @@ def forget(rt: Runtime, who: Principal, ids: Ids | None = None, *, query: str | 
         parsed = candidates
     try:
         with rt.db.transaction(who.tenant) as conn:
+            tr = pii.Translator(rt, conn, who.tenant)
             qhash: str | None = None
             detected: list[str] = []
             typed: list[str] = []
             if query is not None:
                 qhash = forget_mod.query_hash(rt.pii.tenant_keys(conn, who.tenant), query)
-                detected, typed = pii.query_placeholders(rt, conn, who.tenant, query)
-            sscope = pii.translate(rt, conn, who.tenant, scope) if scope is not None else None
+                detected, typed = pii.query_placeholders(rt, conn, who.tenant, query, tr)
             out = forget_mod.forget(
                 conn, tenant=who.tenant, ids=parsed, actor=who.actor, agent=who.agent,
-                trigger=trigger, request_id=request_id, scope=sscope,
-                subject=pii.translate(rt, conn, who.tenant, who.subject),
+                trigger=trigger, request_id=request_id, scope=tr(scope),
+                subject=tr(who.subject),
                 pii=rt.pii if rt.settings.pii_pseudonymize else None,
                 query_hash=qhash, query_placeholders=[*detected, *typed],
                 shred_values=detected if "subject:erase" in who.permissions else [])
@@ -220,9 +219,8 @@ def set_pinned(rt: Runtime, who: Principal, ids: Ids, pinned: bool, *,
     if not parsed:
         raise ValidationError("ids: at least one id is required", field="ids")
     with rt.db.transaction(who.tenant) as conn:
-        sscope = pii.translate(rt, conn, who.tenant, scope) if scope is not None else None
-        changed = memory_store.set_pinned(conn, parsed, pinned, sscope,
-                                          pii.translate(rt, conn, who.tenant, who.subject))
+        tr = pii.Translator(rt, conn, who.tenant)
+        changed = memory_store.set_pinned(conn, parsed, pinned, tr(scope), tr(who.subject))
         seq = None
         if changed:
             seq = audit.append(conn, tenant=who.tenant, operation="PIN" if pinned else "UNPIN",

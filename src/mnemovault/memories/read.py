@@ -61,8 +61,8 @@ def page(rt: Runtime, who: Principal, *, scope: str | None = None,
     subject = who.subject or subject
     after = parse_id(cursor, "cursor") if cursor is not None else None
     with rt.db.transaction(who.tenant) as conn:
-        rows = store.page(conn, scope=pii.translate(rt, conn, who.tenant, scope),
-                          subject=pii.translate(rt, conn, who.tenant, subject),
+        tr = pii.Translator(rt, conn, who.tenant)
+        rows = store.page(conn, scope=tr(scope), subject=tr(subject),
                           include_superseded=include_superseded, cursor=after,
                           limit=limit + 1, flagged_by=FLAG_KEY if flagged else None)
         items = pii.render(rt, conn, who, [Memory.from_row(r) for r in rows[:limit]],

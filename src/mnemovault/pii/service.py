@@ -42,12 +42,31 @@ def pseudonymiser(rt: Runtime, conn: Conn, tenant: str, read_only: bool = False)
     return Pseudonymiser(rt.pii, rt.detectors, conn, tenant, read_only=read_only)
 
 
+class Translator:
+    """Read-side pseudonymisation in one transaction: each call gives the text a value would
+    have been stored as (placeholders; lookups only, nothing is written). The tenant's
+    known-entity index is built once, on the first value that needs it, however many values
+    one operation translates (query, scope, subject, chat history...)."""
+
+    def __init__(self, rt: Runtime, conn: Conn, tenant: str) -> None:
+        self._rt, self._conn, self._tenant = rt, conn, tenant
+        self._ps: Pseudonymiser | None = None
+
+    @property
+    def pseudonymiser(self) -> Pseudonymiser:
+        if self._ps is None:
+            self._ps = pseudonymiser(self._rt, self._conn, self._tenant, read_only=True)
+        return self._ps
+
+    def __call__(self, value: str | None) -> str | None:
+        if value is None or not self._rt.settings.pii_pseudonymize:
+            return value
+        return self.pseudonymiser.rewrite(value, create=False).text
+
+
 def translate(rt: Runtime, conn: Conn, tenant: str, value: str | None) -> str | None:
-    """Read-side pseudonymisation: the placeholders a value would have been stored under
-    (lookups only; nothing is written)."""
-    if value is None or not rt.settings.pii_pseudonymize:
-        return value
-    return pseudonymiser(rt, conn, tenant, read_only=True).rewrite(value, create=False).text
+    """One value through a :class:`Translator` (use one Translator for several)."""
+    return Translator(rt, conn, tenant)(value)
 
 
 def redact(rt: Runtime, who: Principal, texts: Sequence[str]) -> list[str]:
@@ -57,13 +76,15 @@ def redact(rt: Runtime, who: Principal, texts: Sequence[str]) -> list[str]:
     if not rt.settings.pii_pseudonymize or not texts:
         return list(texts)
     with rt.db.transaction(who.tenant) as conn:
-        return [translate(rt, conn, who.tenant, t) or t for t in texts]
+        tr = Translator(rt, conn, who.tenant)
+        return [tr(t) or t for t in texts]
 
 
-def stored_limits(rt: Runtime, conn: Conn, who: Principal) -> tuple[str | None, str | None]:
+def stored_limits(rt: Runtime, conn: Conn, who: Principal,
+                  tr: Translator | None = None) -> tuple[str | None, str | None]:
     """The principal's scope and subject limits as stored (pseudonymised), or None."""
-    return (translate(rt, conn, who.tenant, who.scope),
-            translate(rt, conn, who.tenant, who.subject))
+    tr = tr or Translator(rt, conn, who.tenant)
+    return tr(who.scope), tr(who.subject)
 
 
 def within_limits(rt: Runtime, conn: Conn, who: Principal, row: dict[str, Any]) -> bool:
@@ -76,14 +97,14 @@ def within_limits(rt: Runtime, conn: Conn, who: Principal, row: dict[str, Any]) 
             and (subject is None or row["subject_id"] == subject))
 
 
-def query_placeholders(rt: Runtime, conn: Conn, tenant: str,
-                       query: str) -> tuple[list[str], list[str]]:
+def query_placeholders(rt: Runtime, conn: Conn, tenant: str, query: str,
+                       tr: Translator | None = None) -> tuple[list[str], list[str]]:
     """The live vault placeholders a query names: (values whose original appears in it,
     placeholders typed in it). Lookups only: nothing is written."""
     if not rt.settings.pii_pseudonymize:
         return [], []
-    detected = pseudonymiser(rt, conn, tenant, read_only=True).rewrite(
-        query, create=False).placeholders
+    tr = tr or Translator(rt, conn, tenant)
+    detected = tr.pseudonymiser.rewrite(query, create=False).placeholders
     typed = [m.group(0) for m in PLACEHOLDER_RE.finditer(query)]
     wanted = sorted({*detected, *typed})
     if not wanted:

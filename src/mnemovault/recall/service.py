@@ -60,9 +60,10 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
     n = max(rt.settings.recall_candidates, k)
     with rt.db.transaction(who.tenant) as conn:
         # the query, scope and subject as they would have been stored (placeholders)
-        query = pii.translate(rt, conn, who.tenant, query) or query
-        scope = pii.translate(rt, conn, who.tenant, scope) or scope
-        subject = pii.translate(rt, conn, who.tenant, f.subject)
+        tr = pii.Translator(rt, conn, who.tenant)
+        query = tr(query) or query
+        scope = tr(scope) or scope
+        subject = tr(f.subject)
         qvec = rt.embedder.embed([query])[0]
         where, params = filter_sql(who.tenant, scope, include_archived=f.include_archived,
                                    subject=subject, types=list(f.types or []),

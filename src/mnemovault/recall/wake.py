@@ -64,8 +64,8 @@ def wake(rt: Runtime, who: Principal, *, scope: str, subject: str | None = None,
         raise ValidationError(f"budget: must be an integer in {MIN_BUDGET}..{MAX_BUDGET}",
                               field="budget")
     with rt.db.transaction(who.tenant) as conn:
-        found = store.wake_candidates(conn, pii.translate(rt, conn, who.tenant, scope) or scope,
-                                      pii.translate(rt, conn, who.tenant, subject), CANDIDATES)
+        tr = pii.Translator(rt, conn, who.tenant)
+        found = store.wake_candidates(conn, tr(scope) or scope, tr(subject), CANDIDATES)
         seen: dict[uuid.UUID, Memory] = {}
         why: dict[uuid.UUID, str] = {}
         for kind, reason in (("pinned", "pinned"), ("facts", "fact"), ("recent", "recent")):
@@ -134,8 +134,8 @@ def timeline(rt: Runtime, who: Principal, *, scope: str, subject: str | None = N
             raise ValidationError(f"{name}: {exc}", field=name) from None
     after = _parse_cursor(checked.name(cursor, "cursor", max_len=200)) if cursor else None
     with rt.db.transaction(who.tenant) as conn:
-        rows = store.timeline(conn, scope=pii.translate(rt, conn, who.tenant, scope) or scope,
-                              subject=pii.translate(rt, conn, who.tenant, subject),
+        tr = pii.Translator(rt, conn, who.tenant)
+        rows = store.timeline(conn, scope=tr(scope) or scope, subject=tr(subject),
                               since=times["since"], until=times["until"], after=after,
                               limit=limit + 1)
         items = pii.render(rt, conn, who, [Memory.from_row(r) for r in rows[:limit]],
