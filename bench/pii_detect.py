@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import phonenumbers
+from _common import skip_without
 
 from mnemovault.pii.detect import (
     CardDetector,
@@ -193,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     limit = 100 if args.quick else args.limit
     fallback = [r.strip().upper() for r in args.fallback_regions.split(",") if r.strip()]
 
+    skip_without(args.dataset, benchmark="pii_detect", quick=args.quick)
     texts = load(args.dataset, limit)
     log(f"{len(texts)} texts from {args.dataset}")
 

@@ -81,6 +81,7 @@ from pathlib import Path
 from typing import Any
 
 import phonenumbers
+from _common import skip_without
 
 from mnemovault.pii.detect import (
     Detector,
@@ -662,6 +663,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     forbid_network()
     limit = 100 if args.quick else args.limit
 
+    skip_without(args.dataset, benchmark="pii_eval", quick=args.quick)
     texts = load(args.dataset, limit)
     log(f"{len(texts)} texts from {args.dataset}")
     region, fallback = product_phone_settings()

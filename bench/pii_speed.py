@@ -67,6 +67,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import skip_without
 from pii_eval import (
     DATASET,
     PRESIDIO_RECOGNIZERS,
@@ -397,6 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     n_values = args.values or (200 if args.quick else 1000)
     rounds = args.vault_rounds or (2 if args.quick else 5)
 
+    skip_without(args.dataset, benchmark="pii_speed", quick=args.quick)
     items = load(args.dataset, limit)
     texts = [item["full_text"] for item in items]
     docs = documents(texts)

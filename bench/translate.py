@@ -17,7 +17,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment, progress, quiet_logging, stop_embedded
 
 

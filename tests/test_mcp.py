@@ -12,12 +12,9 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,7 +25,6 @@ import anyio.from_thread
 import httpx
 import httpx2
 import pytest
-import uvicorn
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -37,6 +33,7 @@ from mcp.types import CallToolResult
 from mnemovault.api import create_app
 from mnemovault.chat.context import RULE
 from mnemovault.vault import MemoryVault
+from tests.servers import serve
 
 TOOLS = {"remember", "recall", "forget", "pin", "unpin", "erase_value", "timeline", "wake"}
 PLACEHOLDER = re.compile(r"\{[a-z][a-z_]*:p_[0-9a-f]{10}\}")
@@ -187,21 +184,8 @@ def test_stdio_tools_remember_recall_forget(
 # -- streamable HTTP -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def http_url(vault: MemoryVault) -> Iterator[str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(vault), log_level="warning",
-                                           lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/mcp"
-    server.should_exit = True
-    thread.join(15)
-    sock.close()
+    with serve(create_app(vault)) as base:
+        yield f"{base}/mcp"
 
 
 @contextmanager

@@ -5,9 +5,6 @@ as the client's own exception classes."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +14,6 @@ import httpx
 import openai
 import psycopg
 import pytest
-import uvicorn
 
 from mnemovault.api import create_app
 from mnemovault.chat.context import SYSTEM_PROMPT
@@ -25,27 +21,14 @@ from mnemovault.errors import Unavailable
 from mnemovault.governance.commands import NOTHING_STORED
 from mnemovault.llm.base import ChatPrompt
 from mnemovault.vault import MemoryVault
+from tests.servers import serve
 
 
 @pytest.fixture(scope="module")
 def server(vault: MemoryVault) -> Iterator[str]:
     """``create_app(vault)`` served by uvicorn in a thread; yields its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(create_app(vault), log_level="warning",
-                                        lifespan="on"))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(timeout=30)
-    sock.close()
+    with serve(create_app(vault)) as base:
+        yield base
 
 
 def _client(server: str, token: str) -> openai.OpenAI:

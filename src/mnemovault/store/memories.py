@@ -24,6 +24,19 @@ COLUMNS = (
 Conn = psycopg.Connection[Any]
 
 
+def _limits(params: dict[str, Any], scope: str | None, subject: str | None) -> str:
+    """`` AND scope = … AND subject_id = …`` for the limits given (None: no limit), their
+    values added to ``params``."""
+    clause = ""
+    if scope is not None:
+        clause += " AND scope = %(scope)s"
+        params["scope"] = scope
+    if subject is not None:
+        clause += " AND subject_id = %(subject)s"
+        params["subject"] = subject
+    return clause
+
+
 # -- write ---------------------------------------------------------------------------------
 def supersede(conn: Conn, scope: str, key: str, now: datetime) -> tuple[uuid.UUID, int] | None:
     """Mark the live version of ``key`` in ``scope`` superseded; its (id, version), or None
@@ -73,14 +86,8 @@ def page(conn: Conn, *, scope: str | None, subject: str | None, include_supersed
          flagged_by: str | None = None) -> list[dict[str, Any]]:
     """At most ``limit`` rows in id order (oldest first), after ``cursor`` when given; with
     ``flagged_by``, only rows whose provenance has that key (the sanitiser's label)."""
-    clauses: list[str] = ["true"]
     params: dict[str, Any] = {"limit": limit}
-    if scope is not None:
-        clauses.append("scope = %(scope)s")
-        params["scope"] = scope
-    if subject is not None:
-        clauses.append("subject_id = %(subject)s")
-        params["subject"] = subject
+    clauses: list[str] = ["true" + _limits(params, scope, subject)]
     if not include_superseded:
         clauses.append("status <> 'superseded'")
     if cursor is not None:
@@ -108,12 +115,11 @@ def using_nodes(conn: Conn, nodes: Sequence[str], scope: str,
 
 
 # -- wake and timeline ---------------------------------------------------------------------
-def _subject_scope(scope: str, subject: str | None) -> tuple[str, dict[str, Any]]:
-    where = "scope = %(scope)s AND status = 'active' AND NOT archived"
-    params: dict[str, Any] = {"scope": scope}
-    if subject is not None:
-        where += " AND subject_id = %(subject)s"
-        params["subject"] = subject
+def _subject_scope(scope: str, subject: str | None, *,
+                   with_archived: bool = False) -> tuple[str, dict[str, Any]]:
+    params: dict[str, Any] = {}
+    where = ("status = 'active'" + ("" if with_archived else " AND NOT archived")
+             + _limits(params, scope, subject))
     return where, params
 
 
@@ -137,8 +143,7 @@ def timeline(conn: Conn, *, scope: str, subject: str | None, since: datetime | N
              limit: int) -> list[dict[str, Any]]:
     """Live memories of ``scope`` (and ``subject``) created in ``[since, until)``, oldest
     first by (created_at, id), after the keyset position ``after``; at most ``limit``."""
-    where, params = _subject_scope(scope, subject)
-    where = where.replace(" AND NOT archived", "")  # the timeline shows archived ones too
+    where, params = _subject_scope(scope, subject, with_archived=True)  # archived too
     params["limit"] = limit
     if since is not None:
         where += " AND created_at >= %(since)s"
@@ -159,13 +164,7 @@ def set_pinned(conn: Conn, ids: Sequence[uuid.UUID], pinned: bool,
     """Pin (and un-archive) or unpin ``ids`` (limited to ``scope`` and ``subject`` when
     given); the ids changed, sorted."""
     params: dict[str, Any] = {"ids": list(ids), "pinned": pinned}
-    clause = ""
-    if scope is not None:
-        clause = " AND scope = %(scope)s"
-        params["scope"] = scope
-    if subject is not None:
-        clause += " AND subject_id = %(subject)s"
-        params["subject"] = subject
+    clause = _limits(params, scope, subject)
     rows = conn.execute(
         "UPDATE memories SET pinned = %(pinned)s, updated_at = now(), "
         "archived = CASE WHEN %(pinned)s THEN false ELSE archived END "
@@ -202,13 +201,7 @@ def existing(conn: Conn, ids: Sequence[uuid.UUID], *, scope: str | None,
     """Which of ``ids`` exist (in ``scope`` and of ``subject`` when given), locked ``FOR
     UPDATE`` with ``lock``."""
     params: dict[str, Any] = {"ids": list(ids)}
-    scope_clause = ""
-    if scope is not None:
-        scope_clause = " AND scope = %(scope)s"
-        params["scope"] = scope
-    if subject is not None:
-        scope_clause += " AND subject_id = %(subject)s"
-        params["subject"] = subject
+    scope_clause = _limits(params, scope, subject)
     return {r["id"] for r in conn.execute(
         f"SELECT id FROM memories WHERE id = ANY(%(ids)s){scope_clause} ORDER BY id"
         + (" FOR UPDATE" if lock else ""), params).fetchall()}

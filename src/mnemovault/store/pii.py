@@ -116,16 +116,25 @@ _USED_BY = ("EXISTS (SELECT 1 FROM graph_node_support s JOIN memories m "
             "WHERE s.node_id = v.placeholder{where})")
 
 
-def _limits(scope: str | None, subject: str | None) -> tuple[str, list[Any]]:
-    clauses: list[str] = []
-    params: list[Any] = []
-    if scope is not None:
-        clauses.append("m.scope = %s")
-        params.append(scope)
-    if subject is not None:
-        clauses.append("m.subject_id = %s")
-        params.append(subject)
-    return "".join(f" AND {c}" for c in clauses), params
+def _limits(scope: str | None, subject: str | None, *,
+            outside: bool = False) -> tuple[str, list[Any]]:
+    """The memory condition of :data:`_USED_BY` for a key's limits: within them (every limit
+    holds), or ``outside`` them (some limit fails; nothing is outside no limit)."""
+    pairs = [(c, v) for c, v in (("m.scope", scope), ("m.subject_id", subject))
+             if v is not None]
+    params = [v for _, v in pairs]
+    if outside:
+        tests = " OR ".join(f"{c} IS DISTINCT FROM %s" for c, _ in pairs)
+        return (f" AND ({tests})" if pairs else " AND false"), params
+    return "".join(f" AND {c} = %s" for c, _ in pairs), params
+
+
+def _used(conn: Conn, placeholders: Sequence[str], inner: str,
+          params: list[Any]) -> set[str]:
+    rows = conn.execute(
+        "SELECT placeholder FROM pii_values v WHERE placeholder = ANY(%s) AND "
+        + _USED_BY.format(where=inner), (list(placeholders), *params)).fetchall()
+    return {r["placeholder"] for r in rows}
 
 
 def entries(conn: Conn, *, after: str, limit: int, limited: bool = False,
@@ -146,29 +155,13 @@ def entries(conn: Conn, *, after: str, limit: int, limited: bool = False,
 def used_within(conn: Conn, placeholders: Sequence[str], *, scope: str | None,
                 subject: str | None) -> set[str]:
     """Those of ``placeholders`` a memory of ``scope`` and/or ``subject`` uses."""
-    inner, params = _limits(scope, subject)
-    rows = conn.execute(
-        "SELECT placeholder FROM pii_values v WHERE placeholder = ANY(%s) AND "
-        + _USED_BY.format(where=inner), (list(placeholders), *params)).fetchall()
-    return {r["placeholder"] for r in rows}
+    return _used(conn, placeholders, *_limits(scope, subject))
 
 
 def used_outside(conn: Conn, placeholders: Sequence[str], *, scope: str | None,
                  subject: str | None) -> set[str]:
     """Those of ``placeholders`` a memory outside ``scope`` / ``subject`` also uses."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    if scope is not None:
-        clauses.append("m.scope IS DISTINCT FROM %s")
-        params.append(scope)
-    if subject is not None:
-        clauses.append("m.subject_id IS DISTINCT FROM %s")
-        params.append(subject)
-    inner = f" AND ({' OR '.join(clauses)})" if clauses else " AND false"
-    rows = conn.execute(
-        "SELECT placeholder FROM pii_values v WHERE placeholder = ANY(%s) AND "
-        + _USED_BY.format(where=inner), (list(placeholders), *params)).fetchall()
-    return {r["placeholder"] for r in rows}
+    return _used(conn, placeholders, *_limits(scope, subject, outside=True))
 
 
 def entry(conn: Conn, placeholder: str) -> dict[str, Any] | None:
