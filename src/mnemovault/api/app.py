@@ -255,10 +255,19 @@ def _error(exc: MnemoError, request_id: str | None, *, status: int | None = None
     return JSONResponse(body, status_code=status or exc.status, headers=headers)
 
 
-def _declared_query(dependant: Any) -> set[str]:
+def _declared_query(dependant: Any) -> frozenset[str]:
     names = {p.alias for p in dependant.query_params}
     for sub in dependant.dependencies:
         names |= _declared_query(sub)
+    return frozenset(names)
+
+
+def _declared_for(route: Any) -> frozenset[str]:
+    """The route's query parameter names, worked out once and kept on the route."""
+    names: frozenset[str] | None = getattr(route, "_mnemovault_query_names", None)
+    if names is None:
+        names = _declared_query(route.dependant)
+        route._mnemovault_query_names = names
     return names
 
 
@@ -269,7 +278,7 @@ def reject_unknown_query(request: Request) -> None:
     dependant = getattr(route, "dependant", None)
     if dependant is None:
         return
-    unknown = sorted(set(request.query_params) - _declared_query(dependant))
+    unknown = sorted(set(request.query_params) - _declared_for(route))
     if unknown:
         name = unknown[0] if len(unknown[0]) <= 64 else unknown[0][:64] + "…"
         raise ValidationError(f"{name}: unknown query parameter", field=name)
