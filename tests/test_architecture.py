@@ -183,9 +183,20 @@ def test_sql_runs_only_in_store() -> None:
 
 
 def test_the_facade_is_thin() -> None:
-    path = MODULES["mnemovault.vault"]
-    assert len(path.read_text(encoding="utf-8").splitlines()) < 400
-    assert not _executes_sql(path)
+    # the facade and its sections (mnemovault.facade.*): tables of contents, no SQL
+    for name in ["mnemovault.vault", *(m for m in MODULES if _under(m, (FACADE,)))]:
+        path = MODULES[name]
+        assert len(path.read_text(encoding="utf-8").splitlines()) < 400, name
+        assert not _executes_sql(path), name
+
+
+FACADE = "mnemovault.facade"
+
+
+def test_only_the_facade_and_interfaces_import_its_sections() -> None:
+    bad = sorted(m for m, ts in GRAPH.items() if any(_under(t, (FACADE,)) for t in ts)
+                 and not _under(m, (*INTERFACES, FACADE)) and m != "mnemovault.vault")
+    assert bad == []
 
 
 PUBLIC = [
