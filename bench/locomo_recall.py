@@ -238,10 +238,11 @@ class FuseRecorder:
         real = self.real
 
         def recording_fuse(vector_hits: Any, text_hits: Any, meta: Any, now: Any,
-                           w: Any) -> Any:
+                           w: Any, **kw: Any) -> Any:
             if self.active:
-                self.calls.append((list(vector_hits), list(text_hits), dict(meta), now, w))
-            return real(vector_hits, text_hits, meta, now, w)
+                self.calls.append((list(vector_hits), list(text_hits), dict(meta), now, w,
+                                   kw.get("text_max")))
+            return real(vector_hits, text_hits, meta, now, w, **kw)
 
         recall_mod.fuse = recording_fuse
 
@@ -534,8 +535,9 @@ def main(argv: list[str] | None = None) -> int:
             for cap, ids in zip(captured[default_settings.recall_candidates], hybrid_ids,
                                 strict=True):
                 assert cap is not None
-                vh, th, meta, now, _ = cap
-                re_ids = [f.id for f in fuse_rec.real(vh, th, meta, now, default_w)[: args.k]]
+                vh, th, meta, now, _, tmax = cap
+                re_ids = [f.id for f in fuse_rec.real(vh, th, meta, now, default_w,
+                                                  text_max=tmax)[: args.k]]
                 mismatches += re_ids != ids
             result["replay_check"] = {"questions": len(hybrid_ids), "mismatches": mismatches}
             replay_ok = mismatches == 0
@@ -624,9 +626,10 @@ def run_sweep(vault: Any, questions: list[dict[str, Any]],
             if replay_ok:
                 for cap in captured[cands]:
                     assert cap is not None
-                    vh, th, meta, now, _ = cap
+                    vh, th, meta, now, _, tmax = cap
                     ranked.append([id_to_dia[f.id] for f in
-                                   fuse_rec.real(vh, th, meta, now, w)[:k]])
+                                   fuse_rec.real(vh, th, meta, now, w,
+                                                 text_max=tmax)[:k]])
             else:
                 vault.weights = w
                 vault.settings = default_settings.model_copy(

@@ -30,9 +30,14 @@ def data_dir() -> Iterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
+# An external database instead of the embedded one (e.g. a Citus coordinator, tests/citus):
+# the owner's URL; the schema is migrated into it and each test still has its own tenant.
+TEST_DATABASE_URL = os.environ.get("MNEMOVAULT_TEST_DATABASE_URL") or None
+
+
 @pytest.fixture(scope="session")
 def settings(data_dir: Path) -> Settings:
-    return Settings(data_dir=data_dir, database_url=None)
+    return Settings(data_dir=data_dir, database_url=TEST_DATABASE_URL)
 
 
 @pytest.fixture(scope="session")

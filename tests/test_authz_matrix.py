@@ -97,6 +97,29 @@ def _new_key_id(w: World) -> str:
     return str(created.key_id if hasattr(created, "key_id") else created[1])
 
 
+def _pending(w: World) -> str:
+    """The id of a new memory held by the review gate (REQUIRE_REVIEW on for its write)."""
+    settings = w.vault.settings
+    w.vault.settings = settings.model_copy(update={"require_review": True})
+    try:
+        return w.memory()
+    finally:
+        w.vault.settings = settings
+
+
+def _tenant_op(w: World, *, job: bool = False, live: bool = False) -> Request:
+    """A request on the world's own tenant with its typed confirmation; ``job``: with the
+    id of a new export job; ``live``: first cancel the deletion an earlier cell made (the
+    owner's cell soft-deletes the tenant, which would lock every later cell out)."""
+    if live:
+        w.vault.tenants.cancel_delete(w.tenant)
+    params = {"tenant_id": w.tenant}
+    if job:
+        params["job_id"] = w.vault.tenants.export(w.tenant, confirm=f"DELETE-{w.tenant}")[
+            "job_id"]
+    return Request(path_params=params, json={"confirm": f"DELETE-{w.tenant}"})
+
+
 def _chat(message: str | None = None, **extra: Any) -> Callable[[World], Request]:
     def build(w: World) -> Request:
         text = message.format(id=w.memory()) if message else "what about the garden?"
@@ -109,6 +132,16 @@ def _completion(*, headers: dict[str, str] | None = None,
     return lambda w: Request(headers=headers or {}, json={
         "model": "mnemovault:m", **extra,
         "messages": [{"role": "user", "content": "what about the garden?"}]})
+
+
+def _procedure(w: World, run: bool = False) -> str:
+    """A new procedure (tests/test_procedures.py covers the rest); its id, or with ``run``
+    the id of a run recorded on it."""
+    steps = {"nodes": [{"id": "a", "tool": "water_garden"}]}
+    pid = str(w.owner_post("/v1/procedures", {"question": "water the garden?", "scope": "m",
+                                               "steps": steps})["id"])
+    return str(w.owner_post(f"/v1/procedures/{pid}/runs", {"verdict": "success"})["run_id"]
+               ) if run else pid
 
 
 # (method, path) -> each way of calling it that needs a different set of permissions
@@ -185,6 +218,51 @@ TABLE: dict[tuple[str, str], list[Access]] = {
         json={"ids": [w.memory()]}))],
     ("POST", "/v1/forget"): [Access(("memory:forget",), lambda w: Request(
         json={"ids": [w.memory()]}))],
+    # subject rights (tests/test_erase.py and friends cover the behaviour)
+    ("POST", "/v1/subjects/{subject}/erase"): [Access(("subject:erase",), lambda w: Request(
+        path_params={"subject": f"ada{next(w._n)}@example.org"}, json={"scope": "m"}))],
+    ("POST", "/v1/scopes/{scope}/erase"): [Access(("subject:erase",), lambda w: (lambda z: Request(
+        path_params={"scope": z}, json={"confirm": z}))(f"gone{next(w._n)}"))],
+    ("GET", "/v1/subjects/{subject}/memories"): [Access(("memory:read",), lambda w: Request(
+        path_params={"subject": "ada@example.org"}, params={"scope": "m", "limit": 1}))],
+    ("GET", "/v1/subjects/{subject}/export"): [
+        Access(("subject:erase",), lambda w: Request(
+            path_params={"subject": "ada@example.org"}, params={"scope": "m"})),
+        Access(("subject:erase", "pii:reveal"), lambda w: Request(
+            path_params={"subject": "ada@example.org"},
+            params={"scope": "m", "reveal": "true"}), "reveal"),
+    ],
+    ("PUT", "/v1/memories/{memory_id}/content"): [Access(("subject:erase",), lambda w: Request(
+        path_params={"memory_id": w.memory()}, json={"content": "The garden plan changed."}))],
+    ("POST", "/v1/admin/tenants/{tenant_id}/export"): [Access(("admin:export",), _tenant_op)],
+    ("GET", "/v1/admin/tenants/{tenant_id}/export/{job_id}"): [Access(
+        ("admin:export",), lambda w: _tenant_op(w, job=True))],
+    ("POST", "/v1/admin/tenants/{tenant_id}/delete"): [Access(
+        ("admin:delete",), lambda w: _tenant_op(w, live=True))],
+    ("POST", "/v1/admin/tenants/{tenant_id}/delete/cancel"): [Access(
+        ("admin:delete",), lambda w: _tenant_op(w, live=True))],
+    ("POST", "/v1/procedures"): [Access(("memory:write",), lambda w: Request(json={
+        "question": "water the garden?", "scope": "m",
+        "steps": {"nodes": [{"id": "a", "tool": "water_garden"}]}}))],
+    ("GET", "/v1/procedures/{procedure_id}"): [Access(("memory:read",), lambda w: Request(
+        path_params={"procedure_id": _procedure(w)}))],
+    ("POST", "/v1/procedures/recall"): [Access(("memory:read",), lambda w: Request(
+        json={"question": "garden", "scope": "m"}))],
+    ("POST", "/v1/procedures/{procedure_id}/runs"): [Access(("memory:write",), lambda w: Request(
+        path_params={"procedure_id": _procedure(w)}, json={"verdict": "success"}))],
+    ("POST", "/v1/runs/{run_id}/feedback"): [Access(("memory:write",), lambda w: Request(
+        path_params={"run_id": _procedure(w, run=True)}, json={"accuracy": 1}))],
+    ("POST", "/v1/procedures/{procedure_id}/versions"): [Access(("memory:write",),
+        lambda w: Request(path_params={"procedure_id": _procedure(w)},
+                          json={"steps": {"nodes": [{"id": "b", "tool": "weed"}]}}))],
+    ("POST", "/v1/procedures/prune"): [Access(("memory:forget",), lambda w: Request(
+        json={"runs_days": 30, "dry_run": True}))],
+    # the review queue (tests/test_review_gate.py covers the behaviour)
+    ("GET", "/v1/review"): [Access(("review:approve",), lambda w: Request(params={"limit": 1}))],
+    ("POST", "/v1/review/{memory_id}/approve"): [Access(("review:approve",), lambda w: Request(
+        path_params={"memory_id": _pending(w)}, json={"comment": "looks right"}))],
+    ("POST", "/v1/review/{memory_id}/reject"): [Access(("review:approve",), lambda w: Request(
+        path_params={"memory_id": _pending(w)}))],
 }
 
 # pages that are not operations of the document and need no key

@@ -35,7 +35,8 @@ from mnemovault.chat.context import RULE
 from mnemovault.vault import MemoryVault
 from tests.servers import serve
 
-TOOLS = {"remember", "recall", "forget", "pin", "unpin", "erase_value", "timeline", "wake"}
+TOOLS = {"remember", "recall", "forget", "pin", "unpin", "erase_value", "timeline", "wake",
+         "procedure_capture", "procedure_recall", "procedure_run", "procedure_feedback"}
 PLACEHOLDER = re.compile(r"\{[a-z][a-z_]*:p_[0-9a-f]{10}\}")
 Portal = anyio.from_thread.BlockingPortal
 

@@ -54,14 +54,19 @@ class Settings(BaseSettings):
 
     tenant: str = "default"
 
-    # recall tuning (defaults chosen by bench/locomo_recall, see README)
-    recall_candidates: int = 100
-    recall_fusion: Literal["convex", "rrf"] = "convex"
+    # recall tuning: defaults chosen with bench/recall_eval over all its sets (LoCoMo,
+    # MADial-Bench, the preference set; results in bench/results/recall_eval.json)
+    recall_candidates: int = 100  # per list; capped at 1000 (pgvector's ef_search limit)
+    recall_fusion: Literal["gated", "convex", "rrf"] = "gated"
     recall_rrf_k: int = 5
-    recall_vector_weight: float = 0.4
-    recall_text_weight: float = 0.6
+    recall_vector_weight: float = 0.3
+    recall_text_weight: float = 0.7
     recall_recency_weight: float = 0.05
     recall_recency_half_life_days: float = 30.0
+    # optional re-ranker: a local cross-encoder directory (never downloaded), and how many
+    # fused hits it re-scores (mnemovault.recall.rerankers)
+    recall_reranker: Path | None = None
+    recall_rerank_depth: int = 30
     hnsw_ef_search: int = 100
 
     kek: str | None = None  # MNEMOVAULT_KEK: base64 of 32 bytes (else the key file)
@@ -80,6 +85,13 @@ class Settings(BaseSettings):
     audit_checkpoint_seconds: float = 3600.0
     audit_jsonl: bool = True
     audit_jsonl_dir: Path | None = None
+
+    # erasure ledger (issue 10; mnemovault.subjects.ledger): each erase, forget and shred
+    # is recorded in the erasure_ledger table and, after commit, appended to a JSON Lines
+    # file outside the database (default <data_dir>/ledger/<tenant>.jsonl) that a backup
+    # restore does not roll back; `mnemovault reapply-erasures` reads it
+    ledger_file: bool = True
+    ledger_dir: Path | None = None
 
     pii_pseudonymize: bool = Field(default=True, validation_alias="PII_PSEUDONYMIZE")
     allow_semantic_forget: bool = Field(default=False, validation_alias="ALLOW_SEMANTIC_FORGET")
@@ -106,6 +118,36 @@ class Settings(BaseSettings):
     retention_delete_unused_days: float | None = Field(default=None, gt=0)
     retention_interval_hours: float = Field(default=0.0, ge=0)  # 0: no in-process schedule
 
+    # tenant lifecycle (SPEC section 10; mnemovault.tenants): a soft-deleted tenant is kept
+    # DELETE_RETENTION_DAYS, then the purge (every tenant_purge_interval_hours in `serve`
+    # and `worker`; 0: never in-process) hard-deletes it. Exports go to S3 when EXPORT_BUCKET
+    # is set (export_endpoint_url for an S3-compatible server), else to export_dir (default
+    # <data_dir>/exports); the outbox worker polls every worker_poll_seconds.
+    delete_retention_days: float = Field(default=30.0, ge=0,
+                                         validation_alias="DELETE_RETENTION_DAYS")
+    tenant_purge_interval_hours: float = Field(default=6.0, ge=0)
+    export_bucket: str | None = Field(default=None, validation_alias="EXPORT_BUCKET")
+    export_prefix: str = "mnemovault-exports/"
+    export_endpoint_url: str | None = None
+    export_region: str | None = None
+    export_dir: Path | None = None
+    worker_poll_seconds: float = Field(default=5.0, gt=0)
+
+    # procedural memory (SPEC section 9; mnemovault.procedures.ranking): recall score =
+    #   w_similarity * cosine + w_track * (successes + a) / (runs + a + b)
+    #   + w_freshness * 2^(-days since last use / half_life), over procedure_candidates
+    #   nearest; prune (None: off) deletes runs older than prune_runs_days and unpinned
+    #   procedures unused for prune_unused_days
+    procedure_similarity_weight: float = Field(default=1.0, ge=0)
+    procedure_track_weight: float = Field(default=0.3, ge=0)
+    procedure_freshness_weight: float = Field(default=0.05, ge=0)
+    procedure_freshness_half_life_days: float = Field(default=30.0, gt=0)
+    procedure_prior_successes: float = Field(default=1.0, gt=0)
+    procedure_prior_failures: float = Field(default=1.0, gt=0)
+    procedure_candidates: int = Field(default=50, ge=1, le=1000)
+    procedure_prune_runs_days: float | None = Field(default=None, gt=0)
+    procedure_prune_unused_days: float | None = Field(default=None, gt=0)
+
     # chat (SPEC section 5): "offline" answers from the retrieved records with no model;
     # "openai" is any OpenAI-compatible endpoint (OpenAI, Ollama, vLLM, llama.cpp, LiteLLM)
     chat_provider: Literal["offline", "openai"] = "offline"
@@ -116,6 +158,20 @@ class Settings(BaseSettings):
     chat_temperature: float = Field(default=0.2, ge=0, le=2)
     chat_max_tokens: int | None = Field(default=None, ge=1)
     chat_k: int = Field(default=5, ge=1, le=20)
+
+    # capture guard and review gate (SPEC section 8; mnemovault.guard.capture): a capture
+    # with a finding at or above block_at_severity (Low, Medium, High, Critical; any case)
+    # is refused; detectors are built-in names (secrets, government_ids) or dotted paths
+    # ("pkg.module:factory"), each given capture_detector_timeout_ms per item before the
+    # capture fails closed; capture_hook ("pkg.module:fn") is called on every refusal
+    # and detector failure (default: a log line with ids only)
+    block_at_severity: str = Field(default="High", validation_alias="BLOCK_AT_SEVERITY",
+                                   pattern=r"(?i)^(low|medium|high|critical)$")
+    require_review: bool = Field(default=False, validation_alias="REQUIRE_REVIEW")
+    capture_detectors: list[str] = Field(
+        default_factory=lambda: ["secrets", "government_ids"])
+    capture_detector_timeout_ms: float = Field(default=500.0, gt=0)
+    capture_hook: str | None = None
 
 
 def get_settings() -> Settings:

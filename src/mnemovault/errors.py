@@ -14,9 +14,9 @@ field and the rule; they never carry row values or request text (SPEC section 12
     │                          names it) or is outside its key's scope. CLI exit 4
     ├── Conflict         409   a concurrent write or forget got in the way; nothing was
     │                          changed and retrying is safe. CLI exit 5
-    ├── Refused          409   a deliberate policy refusal (semantic forget off; later the
-    │                          capture guard); ``details`` may list what to confirm. CLI exit 5
-    ├── Unavailable      503   the database (or a detector, later) could not do its part;
+    ├── Refused          409   a deliberate policy refusal (semantic forget off; the capture
+    │                          guard's finding); ``details`` may list what to confirm. CLI exit 5
+    ├── Unavailable      503   the database (or a capture detector) could not do its part;
     │                          nothing was changed and retrying may work. CLI exit 6
     ├── ConfigError      500   the deployment is misconfigured: another embedder for this
     │                          database, a key file lacking a KEK version. CLI exit 7

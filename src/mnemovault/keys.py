@@ -147,17 +147,23 @@ def create_key(rt: Runtime, tenant: str, role: Role, *, name: str | None = None,
                      permissions=sorted(perms), scope=scope, subject=subject)
 
 
-def authenticate(rt: Runtime, token: str) -> Principal:
+def authenticate(rt: Runtime, token: str, *, allow_deleted: bool = False) -> Principal:
     """The principal of an API key token, with its limits as the caller writes them.
 
+    A soft-deleted tenant's keys fail at once; with ``allow_deleted`` (only the route that
+    cancels a tenant deletion) a key holding ``admin:delete`` still passes.
+
     Raises:
-        Unauthenticated: malformed, unknown or revoked token (one message for all).
+        Unauthenticated: malformed, unknown or revoked token, or a deleted tenant's key
+            (one message for all).
     """
     tenant, key_id, secret = parse_token(token)
     with rt.db.transaction(tenant) as conn:
         row = store.key(conn, tenant, key_id)
-        if (row is None or row["revoked_at"] is not None or row["deleted_at"] is not None
-                or not hmac.compare_digest(bytes(row["key_hash"]), hash_secret(secret))):
+        if (row is None or row["revoked_at"] is not None
+                or not hmac.compare_digest(bytes(row["key_hash"]), hash_secret(secret))
+                or (row["deleted_at"] is not None
+                    and not (allow_deleted and "admin:delete" in _effective(row)))):
             raise Unauthenticated("authorization: unknown or revoked API key")
         store.touch_key(conn, tenant, key_id)
         values = _limit_values(rt, conn, tenant, [row])

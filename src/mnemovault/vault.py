@@ -20,6 +20,10 @@ ensure_tenant, create_key,  :mod:`mnemovault.keys`
 authenticate, list_keys,
 revoke_key
 audit                       :mod:`mnemovault.audit.service`
+procedures (section)        :mod:`mnemovault.facade.procedures` -> :mod:`mnemovault.procedures`
+review (section)            :mod:`mnemovault.facade.review` -> :mod:`mnemovault.governance.review`
+tenants (section)           :mod:`mnemovault.facade.tenants` -> :mod:`mnemovault.tenants`
+subjects (section)          :mod:`mnemovault.facade.subjects` -> :mod:`mnemovault.subjects`
 ==========================  ===============================================================
 
 The capabilities share one :class:`~mnemovault.runtime.Runtime` (database, embedder,
@@ -43,6 +47,11 @@ from mnemovault.chat import service as chat
 from mnemovault.chat.models import ChatRequest, ChatResult, ChatStream
 from mnemovault.config import Settings
 from mnemovault.embed import Embedder
+from mnemovault.facade import section
+from mnemovault.facade.procedures import ProceduresSection
+from mnemovault.facade.review import ReviewSection
+from mnemovault.facade.subjects import SubjectsSection
+from mnemovault.facade.tenants import TenantsSection
 from mnemovault.governance import service as governance
 from mnemovault.llm import ChatProvider
 from mnemovault.memories import read, write
@@ -102,7 +111,8 @@ class MemoryVault:
 
     def __init__(self, db: Database, embedder: Embedder, settings: Settings,
                  keyring: KeyRing | None = None) -> None:
-        self.rt = Runtime(db, embedder, settings, keyring or load_keyring(settings))
+        self.rt = SubjectsSection.wire(  # + the erasure ledger's file hook
+            Runtime(db, embedder, settings, keyring or load_keyring(settings)))
 
     # The runtime's parts, readable and replaceable through the facade (a benchmark swaps
     # the embedder or the settings, a test the chat provider).
@@ -369,6 +379,12 @@ class MemoryVault:
         """Operator path: a new KEK version, every DEK rewrapped; ``retire`` destroys the
         old versions. See :func:`mnemovault.pii.service.rotate_kek`."""
         return pii.rotate_kek(self.rt, retire=retire)
+
+    # -- sections (mnemovault.facade): mv.procedures.capture(...), mv.subjects.erase(...) --
+    procedures = section(ProceduresSection)
+    review = section(ReviewSection)
+    tenants = section(TenantsSection)
+    subjects = section(SubjectsSection)
 
     # -- health ---------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:

@@ -468,6 +468,10 @@ def create_app(vault: MemoryVault) -> FastAPI:
     from mnemovault.api.chat import build_router as chat_router
     from mnemovault.api.keys import keys_router
     from mnemovault.api.openai_compat import openai_router
+    from mnemovault.api.procedures import procedures_router
+    from mnemovault.api.review import review_router
+    from mnemovault.api.subjects import subjects_router
+    from mnemovault.api.tenants import tenants_router
     from mnemovault.api.wake import wake_router
     from mnemovault.mcp import http_router as mcp_router
 
@@ -476,5 +480,9 @@ def create_app(vault: MemoryVault) -> FastAPI:
     app.include_router(wake_router(vault, principal))
     app.include_router(chat_router(vault, principal))
     app.include_router(openai_router(vault, principal))
+    app.include_router(procedures_router(vault, principal))
+    app.include_router(review_router(vault, principal))
+    app.include_router(subjects_router(vault, principal))
+    app.include_router(tenants_router(vault, principal))
     app.include_router(mcp_router(vault))  # /mcp: MCP over streamable HTTP
     return app

@@ -26,6 +26,7 @@ from mnemovault.chat.models import ChatEvent, ChatRequest, ChatStream, RecordRef
 from mnemovault.errors import Conflict, ValidationError
 from mnemovault.governance import commands
 from mnemovault.governance.forget import excerpt
+from mnemovault.guard import capture
 from mnemovault.llm.base import ChatPrompt, ContextRecord
 from mnemovault.memories.write import remember_many
 from mnemovault.models import MAX_CONTENT_CHARS
@@ -68,6 +69,8 @@ def open_stream(rt: Runtime, req: ChatRequest, who: Principal,
             ``memory:write`` (when the exchange is to be stored) or ``memory:forget`` (for
             forget and pin commands); a scope the key is not limited to.
         ValidationError: names the field.
+        Refused, Unavailable: the capture guard refused the message to be stored, or
+            failed (:mod:`mnemovault.guard.capture`).
     """
     who.require("memory:read")
     who.check_scope(req.scope)
@@ -95,6 +98,10 @@ def open_stream(rt: Runtime, req: ChatRequest, who: Principal,
     note = None if store else commands.NOTHING_STORED
     if store:
         who.require("memory:write")
+        # the capture guard before any answer (the stored exchange passes it again, with
+        # the answer, in the write path): a refused message gets no reply
+        capture.check_capture(rt, path="chat", fields={"content": text}, tenant=who.tenant,
+                              request_id=request_id)
     if not text or not text.strip():
         reply = "There is nothing to answer after DO_NOT_STORE:."
 

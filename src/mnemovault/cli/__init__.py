@@ -12,12 +12,19 @@ command group and exposes ``register(app)``:
 * :mod:`.memories`   -- ``remember``, ``recall``, ``list``, ``delete``, ``import``
 * :mod:`.serve`      -- ``serve``, ``demo``
 * :mod:`.governance` -- ``forget``, ``pin``, ``unpin``, ``retention run``
+* :mod:`.scrub`      -- ``scrub`` (rewrite tables, retire WAL after erasures)
 * :mod:`.chat`       -- ``chat``
 * :mod:`.wake`       -- ``wake``, ``timeline``
 * :mod:`.db`         -- ``db upgrade``
 * :mod:`.keys`       -- ``keys create``, ``kek rotate``
 * :mod:`.pii`        -- ``vault list|shred|export``
 * :mod:`.audit`      -- ``audit verify|export|checkpoint|proof``
+* :mod:`.review`     -- ``review list|approve|reject``
+* :mod:`.subjects`   -- ``erase``, ``export-subject``, ``rectify``, ``reapply-erasures``,
+  ``receipt verify``, ``ledger export``
+* :mod:`.procedures` -- ``procedure capture|recall|show|run|feedback|version|prune``
+* :mod:`.tenants`    -- ``tenant export|export-status|delete|cancel-delete|status|purge``,
+  ``worker``
 
 To add a command group: create ``cli/<group>.py`` with a module docstring, import only from
 ``mnemovault.cli._common`` and from ``mnemovault`` below the CLI (never from another command
@@ -40,7 +47,23 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError as PydanticValidationError
 
-from mnemovault.cli import audit, chat, db, governance, keys, mcp, memories, pii, serve, wake
+from mnemovault.cli import (
+    audit,
+    chat,
+    db,
+    governance,
+    keys,
+    mcp,
+    memories,
+    pii,
+    procedures,
+    review,
+    scrub,
+    serve,
+    subjects,
+    tenants,
+    wake,
+)
 from mnemovault.cli._common import State, _fail
 from mnemovault.config import Settings
 from mnemovault.errors import ConfigError, ValidationError
@@ -84,7 +107,8 @@ def main_callback(
 
 
 # Registration order is the order of ``mnemovault --help``.
-_GROUPS = (db, keys, pii, audit, memories, serve, governance, chat, wake, mcp)
+_GROUPS = (db, keys, pii, audit, memories, serve, governance, scrub, chat, wake, review, mcp,
+           tenants, procedures, subjects)
 for _group in _GROUPS:
     _group.register(app)
 

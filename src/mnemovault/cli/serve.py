@@ -50,7 +50,8 @@ def serve(
             with err.status("loading the embedder…"):
                 preload(vault.embedder)  # so the first request is not the slow one
             err.print(f"serving on http://{host}:{port} (OpenAPI docs at /docs)")
-            uvicorn.run(create_app(vault), host=host, port=port, log_level="info")
+            with vault.tenants.background():  # outbox worker (exports), tenant purge
+                uvicorn.run(create_app(vault), host=host, port=port, log_level="info")
     except MnemoError as exc:
         _fail(exc)
 

@@ -13,6 +13,7 @@ and delegates to the capability module in a line or two. No SQL, no rules.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, Generic, TypeVar, overload
 
 from mnemovault.auth import Principal
 from mnemovault.runtime import Runtime
@@ -24,3 +25,24 @@ class Section:
     def __init__(self, rt: Runtime, who: Callable[[Principal | None], Principal]) -> None:
         self.rt = rt
         self._who = who
+
+
+S = TypeVar("S", bound=Section)
+
+
+class section(Generic[S]):
+    """A facade attribute that is a section: ``subjects = section(SubjectsSection)`` makes
+    ``mv.subjects`` a :class:`Section` bound to the vault's runtime and principal."""
+
+    def __init__(self, cls: type[S]) -> None:
+        self.cls = cls
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> section[S]: ...
+    @overload
+    def __get__(self, obj: Any, objtype: type | None = None) -> S: ...
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> S | section[S]:
+        if obj is None:  # on the class: the field itself (help(), introspection)
+            return self
+        return self.cls(obj.rt, obj._who)

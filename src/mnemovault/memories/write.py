@@ -3,7 +3,8 @@ tool writes) goes through :func:`remember_many`, whose steps are named here, in 
 
 1. (chat only) in-band command check -> :func:`mnemovault.governance.commands.handle`,
    called by the chat capability before it writes
-2. capture guard           -> :func:`guard`        (seam: the capture-guard issue)
+2. capture guard           -> :func:`guard`        (:mod:`mnemovault.guard.capture`;
+   the review gate's hold is in step 6)
 3. injection sanitiser     -> :func:`sanitise`     (imported and tool-supplied items only:
    :mod:`mnemovault.guard.sanitise`)
 4. pseudonymisation        -> :func:`pseudonymise` (every free-text field)
@@ -31,12 +32,15 @@ from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
 from mnemovault.errors import Conflict, ValidationError
 from mnemovault.governance import graph, lineage
+from mnemovault.guard import capture
 from mnemovault.guard import sanitise as injection
 from mnemovault.ids import uuid7
 from mnemovault.models import MemoryInput, Provenance, Receipt
 from mnemovault.pii import service as pii
 from mnemovault.runtime import Runtime
 from mnemovault.store import memories as store_memories
+from mnemovault.store import review as store_review
+from mnemovault.store import subjects as store_subjects
 from mnemovault.store import tenants as store_tenants
 from mnemovault.store.db import caused_by
 from mnemovault.validation import validation_error_from_pydantic
@@ -126,13 +130,16 @@ def remember_many(rt: Runtime, who: Principal,
         who.check_subject(item.subject)
         if who.subject is not None and item.subject is None:
             inputs[n] = item.model_copy(update={"subject": who.subject})
-    guard(inputs, who)
+    guard(rt, inputs, who, trigger, request_id)
     inputs = sanitise(inputs, trigger)
     try:
         with rt.db.transaction(who.tenant) as conn:
             if who.key_id is None:
                 store_tenants.ensure(conn, who.tenant)
             prepared = pseudonymise(rt, conn, inputs, who)
+            # an erase of one of these subjects (or scopes) under way: Conflict, either side
+            store_subjects.lock_for_write(conn, who.tenant,
+                                          [(p.item.scope, p.item.subject) for p in prepared])
             vectors = embed(rt, prepared)
             return store(rt, conn, prepared, vectors, who, request_id, trigger)
     except Conflict as exc:
@@ -147,9 +154,29 @@ def remember_many(rt: Runtime, who: Principal,
 
 
 # -- the steps -----------------------------------------------------------------------------
-def guard(items: list[MemoryInput], who: Principal) -> None:
-    """Step 2, capture guard (SPEC section 8): may refuse the write. Seam: allows
-    everything."""
+def guard(rt: Runtime, items: list[MemoryInput], who: Principal, trigger: str = "remember",
+          request_id: str | None = None) -> None:
+    """Step 2, capture guard (SPEC section 8), on the original text (before the sanitiser
+    and the pseudonymiser): every free-text field of every item (content, key, scope,
+    subject, tags, provenance strings) is scanned by :func:`mnemovault.guard.capture.
+    check_items`; caller-named ``entities`` are not (they go to the vault, encrypted).
+
+    Raises:
+        Refused: a finding at or above ``BLOCK_AT_SEVERITY`` (names the detector, kind,
+            severity and field, never the text); nothing stored.
+        Unavailable: a detector failed or timed out (fail closed); nothing stored.
+    """
+    path = ("mcp" if any(i.provenance.source == "mcp" for i in items) else
+            "batch" if trigger == "remember" and len(items) > 1 else trigger)
+    capture.check_items(rt, path=path, items=[_guarded_fields(i) for i in items],
+                        tenant=who.tenant, request_id=request_id)
+
+
+def _guarded_fields(item: MemoryInput) -> dict[str, str | None]:
+    prov = item.provenance.model_dump(exclude_none=True)
+    return {"content": item.content, "key": item.key, "scope": item.scope,
+            "subject": item.subject, "tags": "\n".join(item.provenance.tags),
+            **{f"provenance.{k}": v for k, v in prov.items() if isinstance(v, str)}}
 
 
 def sanitise(items: list[MemoryInput], trigger: str = "remember") -> list[MemoryInput]:
@@ -241,13 +268,17 @@ def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: 
         receipts.append(Receipt(id=mid, scope=p.item.scope, version=version,
                                 superseded=parent, placeholders=p.placeholders, audit_seq=0))
     store_memories.insert(conn, rows)
+    held = capture.initial_status(rt) == "pending_review"  # the review gate (REQUIRE_REVIEW)
+    if held:
+        store_review.hold(conn, [r.id for r in receipts])
     _index(rt, conn, who.tenant, prepared, receipts)
     seq = audit.append(
         conn, tenant=who.tenant, operation="REMEMBER", actor=who.actor, agent=who.agent,
         memory_ids=[str(r.id) for r in receipts], trigger=trigger, request_id=request_id,
         details={"count": len(receipts),
                  "superseded": sum(1 for r in receipts if r.superseded),
-                 "placeholders_created": sorted({p for r in receipts for p in r.placeholders})},
+                 "placeholders_created": sorted({p for r in receipts for p in r.placeholders}),
+                 **({"status": "pending_review"} if held else {})},
     )
     for r in receipts:
         r.audit_seq = seq

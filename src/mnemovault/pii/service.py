@@ -30,6 +30,7 @@ from mnemovault.pii.pseudonymise import Pseudonymiser
 from mnemovault.pii.vault import ERASED, PLACEHOLDER_RE
 from mnemovault.pii.vault import render as render_text
 from mnemovault.runtime import Runtime
+from mnemovault.store import ledger as ledger_store
 from mnemovault.store import pii as store
 
 MAX_PLACEHOLDER_CHARS = 64
@@ -233,9 +234,12 @@ def shred(rt: Runtime, who: Principal, placeholders: Sequence[str], *,
                                 permission="unlimited", field="placeholders")
         done = rt.pii.shred(conn, wanted)
         if done:
-            audit.append(conn, tenant=who.tenant, operation="SHRED", actor=who.actor,
-                         agent=who.agent, request_id=request_id, trigger=trigger,
-                         details={"placeholders": done, "count": len(done)})
+            seq = audit.append(conn, tenant=who.tenant, operation="SHRED", actor=who.actor,
+                               agent=who.agent, request_id=request_id, trigger=trigger,
+                               details={"placeholders": done, "count": len(done)})
+            ledger_store.insert(conn, tenant=who.tenant, audit_seq=seq, kind="shred",
+                                request_id=request_id, subject_fp=None, scope_fp=None,
+                                memory_ids=[], placeholders=done)  # the erasure ledger
     return done
 
 

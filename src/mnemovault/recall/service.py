@@ -1,11 +1,15 @@
 """Recall (SPEC section 5): the ``k`` best memories of a scope for a query.
 
 Hybrid: the ``recall_candidates`` nearest by cosine distance (HNSW index, with
-``hnsw.iterative_scan`` so filters still yield enough rows) and the same number by BM25
-over the stored full-text vectors (:mod:`mnemovault.store.search`) are fused
-(:func:`mnemovault.recall.ranking.fuse`: a convex combination of normalised scores by
-default) with recency and pin terms. Archived, superseded and pending-review memories are
-excluded unless ``filters.include_archived`` (archived only; the others never).
+``hnsw.iterative_scan`` so filters still yield enough rows; at most 1,000, what the index
+can return) and the same number by BM25 over the stored full-text vectors, with the
+scope's maintained corpus statistics (:mod:`mnemovault.store.search`), are fused
+(:func:`mnemovault.recall.ranking.fuse`: by default a convex combination whose lexical
+share is gated by how much of the query the best text match covers) with recency and pin
+terms, then optionally re-ranked (:mod:`mnemovault.recall.rerankers`). Archived,
+superseded and pending-review memories are excluded unless ``filters.include_archived``
+(archived only; the others never). Note that with ``include_archived`` or the other
+filters, BM25's statistics are still those of the scope's live memories.
 """
 
 from __future__ import annotations
@@ -20,11 +24,21 @@ from mnemovault.auth import Principal
 from mnemovault.errors import ValidationError
 from mnemovault.models import Hit, Memory, RecallFilters
 from mnemovault.pii import service as pii
-from mnemovault.recall.ranking import fuse
+from mnemovault.recall import rerankers
+from mnemovault.recall.ranking import fuse, rerank
 from mnemovault.runtime import Runtime
 from mnemovault.store import memories as memory_store
 from mnemovault.store.search import filter_sql, text_candidates, vector_candidates
 from mnemovault.validation import validation_error_from_pydantic
+
+HNSW_MAX_CANDIDATES = 1000
+"""pgvector's ``hnsw.ef_search`` limit: an HNSW scan cannot return more rows than that."""
+
+
+def candidate_count(configured: int, k: int) -> int:
+    """Candidates per list: ``recall_candidates``, at least ``k``, at most
+    :data:`HNSW_MAX_CANDIDATES` (what the index can return)."""
+    return max(1, min(max(configured, k), HNSW_MAX_CANDIDATES))
 
 
 def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
@@ -35,7 +49,11 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
     The query, scope and subject are pseudonymised like stored text (lookups only), so a
     query naming a known person finds the memories stored under their placeholder. Output
     shows placeholders; ``reveal=True`` (permission ``pii:reveal``) shows the original
-    values and is audited. ``touch`` updates the hits' access statistics.
+    values and is audited. ``touch`` counts an access of each hit (in a short transaction
+    of its own after the read, so concurrent recalls never queue behind each other's row
+    locks; see :func:`mnemovault.store.memories.touch`). With a re-ranker configured
+    (``recall_reranker``), the first ``recall_rerank_depth`` fused hits are re-scored by
+    it before the cut to ``k``.
 
     Raises:
         ValidationError: blank query, k outside 1..100, bad filter.
@@ -57,7 +75,7 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
         f = f.model_copy(update={"subject": who.subject})
     if reveal:
         who.require("pii:reveal")
-    n = max(rt.settings.recall_candidates, k)
+    n = candidate_count(rt.settings.recall_candidates, k)
     with rt.db.transaction(who.tenant) as conn:
         # the query, scope and subject as they would have been stored (placeholders)
         tr = pii.Translator(rt, conn, who.tenant)
@@ -74,14 +92,25 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
         meta = {r["id"]: (r["created_at"], r["pinned"]) for r in (*vrows, *trows)}
         fused = fuse([(r["id"], 1.0 - float(r["distance"])) for r in vrows],
                      [(r["id"], float(r["score"])) for r in trows], meta,
-                     datetime.now(UTC), rt.weights)[:k]
+                     datetime.now(UTC), rt.weights,
+                     text_max=float(trows[0]["qmax"]) if trows else None)
+        reranker = rerankers.configured(rt.settings)
+        if reranker is not None and fused:
+            depth = max(k, rt.settings.recall_rerank_depth)
+            head = memory_store.by_ids(conn, [x.id for x in fused[:depth]], touch=False)
+            fused = rerank(fused, {r["id"]: r["content"] for r in head}, query, reranker,
+                           depth=depth)
+        fused = fused[:k]
         ids = [x.id for x in fused]
         if not ids:
             return []
-        rows = memory_store.by_ids(conn, ids, touch=touch)
+        rows = memory_store.by_ids(conn, ids, touch=False)
         by_id = {m.id: m for m in pii.render(
             rt, conn, who, [Memory.from_row(r) for r in rows], reveal=reveal,
             request_id=request_id)}
+    if touch:  # access statistics: a short transaction of its own, off the read path
+        with rt.db.transaction(who.tenant) as conn:
+            memory_store.touch(conn, ids)
     return [Hit(memory=by_id[x.id], score=x.score, similarity=x.similarity,
                 vector_rank=x.vector_rank, text_rank=x.text_rank)
             for x in fused if x.id in by_id]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -30,6 +31,7 @@ from psycopg_pool import ConnectionPool
 
 from mnemovault.config import Settings
 from mnemovault.errors import ConfigError, Conflict, InternalError, MnemoError, Unavailable
+from mnemovault.store import citus
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +127,9 @@ class Database:
         self._pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] | None = None
         self.after_commit: list[Callable[[str], object]] = []
         self._tenant_key: bytes | None = None  # read on first use (migration 0005)
+        self.citus = False  # the server has Citus (set by open())
+        self._sign_ids: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = (
+            weakref.WeakKeyDictionary())
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Database:
@@ -176,6 +181,7 @@ class Database:
             command.upgrade(self.alembic_config(embedding_dim), "head")
         except Exception as exc:
             raise Unavailable(f"migration failed: {type(exc).__name__}: {exc}") from exc
+        citus.distribute(self.url, self.app_role)  # no-op without Citus
         if self.app_password and not self._app_login_works(
                 app_login_url(self.url, self.app_role, self.app_password)):
             self.set_app_password(self.app_password)
@@ -252,6 +258,9 @@ class Database:
         # tenant-sized scope (HNSW) from a small one (B-tree and exact sort).
         conn.execute("SET plan_cache_mode = force_custom_plan")
         register_vector(conn)
+        if self.citus:  # the tenant reaches the workers by SET LOCAL (store/citus.py)
+            conn.execute("SET citus.propagate_set_commands = 'local'")
+            self._sign_ids[conn] = citus.signing_id(conn)
         conn.commit()
 
     def check_app_login(self) -> None:
@@ -306,6 +315,8 @@ class Database:
         if self._pool is not None:
             return
         self.check_app_login()
+        with owner_connection(self.url, autocommit=True) as conn:
+            self.citus = citus.is_citus(conn)
         self._pool = ConnectionPool(
             self.app_url,
             min_size=1,
@@ -337,8 +348,12 @@ class Database:
         token = _audited.set(pending if outer is None else outer)
         try:
             with self._pool.connection() as conn, conn.transaction():
-                conn.execute("SELECT set_config(%s, %s, true)",
-                             (TENANT_SETTING, self._signed(tenant, conn.info.backend_pid)))
+                if self.citus:  # signed with the global pid, sent on to the workers
+                    citus.set_tenant(conn, TENANT_SETTING,
+                                     self._signed(tenant, self._sign_ids[conn]))
+                else:
+                    conn.execute("SELECT set_config(%s, %s, true)",
+                                 (TENANT_SETTING, self._signed(tenant, conn.info.backend_pid)))
                 yield conn
         except psycopg.Error as exc:
             raise database_error(exc) from exc

@@ -81,6 +81,19 @@ def by_ids(conn: Conn, ids: Sequence[uuid.UUID], *, touch: bool) -> list[dict[st
                         (list(ids),)).fetchall()
 
 
+def touch(conn: Conn, ids: Sequence[uuid.UUID]) -> None:
+    """Count one access of each of ``ids`` (recall's statistics, read by retention and
+    wake). Meant for a short transaction of its own after the read: the rows are locked in
+    id order (concurrent touches of the same rows queue for microseconds, never deadlock)
+    and the commit does not wait for the WAL flush (``synchronous_commit = off``: a crash
+    may lose the last few accesses, never a governed change)."""
+    conn.execute("SET LOCAL synchronous_commit = off")
+    conn.execute(
+        "UPDATE memories m SET access_count = m.access_count + 1, last_accessed_at = now() "
+        "FROM (SELECT id FROM memories WHERE id = ANY(%s) ORDER BY id FOR UPDATE) l "
+        "WHERE m.id = l.id", (list(ids),))
+
+
 def page(conn: Conn, *, scope: str | None, subject: str | None, include_superseded: bool,
          cursor: uuid.UUID | None, limit: int,
          flagged_by: str | None = None) -> list[dict[str, Any]]:

@@ -1,0 +1,190 @@
+"""Benchmark: one tenant's recall on a Citus cluster next to a single PostgreSQL (the embedded
+one), in the same run, with the plans.
+
+For each backend it loads N memories into one fresh tenant (random unit vectors and short
+texts, inserted as the owner: the bench measures recall, not the write path), then times
+``MemoryVault.recall`` (median and p95 of ``--repeat`` queries) and keeps the ``EXPLAIN`` of
+the vector query (a routed query shows ``Task Count: 1``). It then tries remember
+throughput with 8 tenants writing concurrently; on today's tree the write path is not
+routable on Citus (see tests/citus: the lexical triggers and the vault lookup take row
+locks without a tenant filter), so that part reports the error instead of a figure.
+
+The cluster is ``MV_CITUS_URL`` (the coordinator, as the owner; ``.ci/run`` starts
+``../shared/citus/cluster.sh`` and sets it). Without it, or when it is unreachable, the
+bench prints why and exits 0.
+
+Usage::
+
+    MV_CITUS_URL=postgresql://postgres@127.0.0.1:9700/postgres python bench/citus.py
+    python bench/citus.py --quick          # 500 memories, 10 queries (CI)
+
+JSON on stdout (and ``bench/results/citus.json``); progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import environment, progress, quiet_logging
+
+QUERIES = ["where does the user live", "what sport do they train for", "favourite food",
+           "meeting preferences", "travel plans next month"]
+WORDS = ["alice", "bob", "leeds", "york", "marathon", "coffee", "window", "seat", "morning",
+         "train", "paris", "berlin"]
+
+
+def _load(url: str, tenant: str, n: int, dim: int) -> None:
+    rng = np.random.default_rng(7)
+    from pgvector.psycopg import register_vector
+
+    with psycopg.connect(url) as conn:
+        register_vector(conn)
+        conn.execute("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING",
+                     (tenant,))
+        with conn.cursor().copy(
+                "COPY memories (tenant_id, id, scope, type, content, embedding) "
+                "FROM STDIN") as cp:
+            for i in range(n):
+                v = rng.standard_normal(dim).astype(np.float32)
+                v /= np.linalg.norm(v)
+                text = " ".join(rng.choice(WORDS, 8)) + f" note {i}"
+                cp.write_row((tenant, uuid.uuid4(), "s", "episode", text,
+                              "[" + ",".join(f"{x:.6f}" for x in v) + "]"))
+        conn.execute("ANALYZE memories")
+
+
+def _plan(url: str, tenant: str, dim: int) -> str:
+    vec = "[" + ",".join(["0.05"] * dim) + "]"
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "EXPLAIN (COSTS OFF) SELECT id FROM memories WHERE tenant_id = "
+            f"'{tenant}' AND scope = 's' AND status = 'active' AND NOT archived "
+            f"ORDER BY embedding <=> '{vec}' LIMIT 100").fetchall()
+    return "\n".join(r[0] for r in rows)
+
+
+def _measure(settings: Any, n: int, repeat: int) -> dict[str, Any]:
+    from mnemovault.vault import MemoryVault
+
+    mv = MemoryVault.open(settings)
+    try:
+        tenant = f"bench-{uuid.uuid4().hex[:8]}"
+        dim = mv.rt.embedder.dimension
+        _load(mv.rt.db.url, tenant, n, dim)
+        who = mv.principal(tenant)
+        mv.recall(QUERIES[0], scope="s", k=10, principal=who, touch=False)  # warm
+        times = []
+        for i in range(repeat):
+            t0 = time.perf_counter()
+            mv.recall(QUERIES[i % len(QUERIES)], scope="s", k=10, principal=who, touch=False)
+            times.append((time.perf_counter() - t0) * 1000)
+        times.sort()
+        out: dict[str, Any] = {
+            "recall_ms_p50": round(statistics.median(times), 2),
+            "recall_ms_p95": round(times[min(len(times) - 1, int(0.95 * len(times)))], 2),
+            "plan": _plan(mv.rt.db.url, tenant, dim)}
+        out["remember"] = _remember(mv, 8, 5)
+        return out
+    finally:
+        mv.close()
+
+
+def _remember(mv: Any, tenants: int, each: int) -> dict[str, Any]:
+    names = [f"bw-{uuid.uuid4().hex[:8]}" for _ in range(tenants)]
+    for t in names:
+        mv.ensure_tenant(t)
+    errors: list[str] = []
+
+    def write(t: str) -> None:
+        try:
+            for j in range(each):
+                mv.remember(f"note {j} for the bench", scope="s", principal=mv.principal(t))
+        except Exception as exc:  # reported, not raised: the figure is what is measured
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=write, args=(t,)) for t in names]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    secs = time.perf_counter() - t0
+    if errors:
+        return {"error": errors[0], "failed_writers": len(errors)}
+    return {"per_second": round(tenants * each / secs, 1), "writers": tenants}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--memories", type=int, default=10_000)
+    ap.add_argument("--repeat", type=int, default=50)
+    args = ap.parse_args()
+    if args.quick:
+        args.memories, args.repeat = 500, 10
+    url = os.environ.get("MV_CITUS_URL")
+    if not url:
+        print("bench/citus.py: MV_CITUS_URL is not set (no Citus cluster): skipped",
+              file=sys.stderr)
+        return 0
+    try:
+        with psycopg.connect(url, connect_timeout=5) as conn:
+            if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'"
+                            ).fetchone() is None:
+                print("bench/citus.py: MV_CITUS_URL has no citus extension: skipped",
+                      file=sys.stderr)
+                return 0
+    except psycopg.Error as exc:
+        print(f"bench/citus.py: cluster unreachable ({type(exc).__name__}): skipped",
+              file=sys.stderr)
+        return 0
+    quiet_logging()
+    from mnemovault.config import Settings
+
+    with tempfile.TemporaryDirectory(prefix="mv-bench-citus-") as d:
+        os.chmod(d, 0o755)
+        progress(f"single PostgreSQL (embedded), {args.memories} memories")
+        single = _measure(Settings(data_dir=Path(d) / "single", database_url=None),
+                          args.memories, args.repeat)
+        from mnemovault.store.embedded import stop
+
+        stop(Path(d) / "single")
+        progress(f"Citus coordinator, {args.memories} memories")
+        try:
+            cluster = _measure(Settings(data_dir=Path(d) / "citus", database_url=url),
+                               args.memories, args.repeat)
+        except Exception as exc:  # a finding to report (e.g. a write path Citus refuses)
+            cluster = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
+    result = {
+        "bench": "citus", "memories": args.memories, "repeat": args.repeat,
+        "single": single, "citus": cluster,
+        "ratio_recall_p50": (round(cluster["recall_ms_p50"] / single["recall_ms_p50"], 2)
+                             if "recall_ms_p50" in cluster else None),
+        "ratio_recall_p95": (round(cluster["recall_ms_p95"] / single["recall_ms_p95"], 2)
+                             if "recall_ms_p95" in cluster else None),
+        "citus_recall_routed": "Task Count: 1" in cluster.get("plan", ""),
+        "environment": environment(),
+    }
+    out = Path(__file__).resolve().parent / "results" / "citus.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""SQL of the erasure ledger (migration ``0006_subjects``): one append-only row per erase,
+forget, shred, rectification or reapply, keyed by the seq of the audit row written in the
+same transaction. Ids, placeholders and keyed fingerprints only.
+
+:func:`insert` also notes, for this thread's context, that the tenant has a new ledger row,
+so the after-commit hook that appends rows to the ledger file
+(:mod:`mnemovault.subjects.ledger`) runs only when there is something to append
+(:func:`take_pending`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from contextvars import ContextVar
+from typing import Any
+
+import psycopg
+
+Conn = psycopg.Connection[Any]
+
+COLUMNS = ("tenant_id, audit_seq, id, kind, at, request_id, subject_fp, scope_fp, "
+           "memory_ids, placeholders, rectified")
+
+_pending: ContextVar[set[str] | None] = ContextVar("mnemovault_ledger_pending", default=None)
+
+
+def insert(conn: Conn, *, tenant: str, audit_seq: int, kind: str, request_id: str | None,
+           subject_fp: str | None, scope_fp: str | None, memory_ids: Sequence[uuid.UUID],
+           placeholders: Sequence[str],
+           rectified: Sequence[uuid.UUID] = ()) -> uuid.UUID:
+    """Append a ledger row; its id."""
+    rid = uuid.uuid4()
+    conn.execute(
+        "INSERT INTO erasure_ledger (tenant_id, audit_seq, id, kind, request_id, subject_fp, "
+        "scope_fp, memory_ids, placeholders, rectified) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (tenant, audit_seq, rid, kind, request_id, subject_fp, scope_fp,
+         sorted(memory_ids), sorted(placeholders), sorted(rectified)))
+    pending = _pending.get()
+    if pending is None:
+        pending = set()
+        _pending.set(pending)
+    pending.add(tenant)
+    return rid
+
+
+def take_pending(tenant: str) -> bool:
+    """Whether this context wrote a ledger row for ``tenant`` since the last call (a row
+    of a transaction that rolled back counts too: the caller's sync is idempotent)."""
+    pending = _pending.get()
+    if pending is None or tenant not in pending:
+        return False
+    pending.discard(tenant)
+    return True
+
+
+def after(conn: Conn, seq: int, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` rows with ``audit_seq`` > ``seq``, in seq order."""
+    return conn.execute(f"SELECT {COLUMNS} FROM erasure_ledger WHERE audit_seq > %s "
+                        "ORDER BY audit_seq LIMIT %s", (seq, limit)).fetchall()
+
+
+def id_at(conn: Conn, seq: int) -> uuid.UUID | None:
+    """The id of the row at ``audit_seq`` = ``seq``, or None."""
+    row = conn.execute("SELECT id FROM erasure_ledger WHERE audit_seq = %s",
+                       (seq,)).fetchone()
+    return row["id"] if row else None

@@ -1,0 +1,321 @@
+"""SQL of procedural memory: the ``procedures`` and ``procedure_runs`` tables (migration
+``0008_procedures``), and the ``memories`` rows of type ``procedure`` they hang off.
+
+Every function runs in the caller's transaction (tenant set for row-level security) and
+returns plain rows (dicts) or ids; the rules (validation, ranking, verdict precedence,
+what an erase or a prune may remove) live in :mod:`mnemovault.procedures`. Counters are
+changed by relative ``UPDATE``s (``runs = runs + 1``) under the procedure's row lock, so
+concurrent run recorders never lose an increment.
+
+Also touches ``graph_node_support`` / ``graph_edge_support`` (:func:`release_nodes`): a
+run's placeholders are indexed as support of its procedure's memory, and an erase of a
+subject's runs releases the ones nothing of that procedure uses any more.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg.types.json import Jsonb
+
+Conn = psycopg.Connection[Any]
+
+PROCEDURE_COLUMNS = (
+    "m.id, m.scope, m.subject_id, m.content, m.pinned, m.archived, m.status, m.created_at, "
+    "m.updated_at, m.provenance, m.parent_id, m.version, p.name, p.intent, p.steps, p.runs, "
+    "p.successes, p.judged_runs, p.judged_successes, p.first_used, p.last_used"
+)
+"""The columns a :class:`~mnemovault.procedures.models.Procedure` is built from."""
+
+RUN_COLUMNS = (
+    "r.id, r.procedure_id, r.scope, r.subject_id, r.ran_at, r.duration_ms, r.agent_verdict, "
+    "r.evaluator, r.evaluator_verdict, r.score, r.person_verdict, r.feedback_accuracy, "
+    "r.feedback_efficiency, r.feedback_satisfaction, r.feedback_at, r.provenance, "
+    "r.success, r.judged"
+)
+"""The columns a :class:`~mnemovault.procedures.models.Run` is built from."""
+
+_FROM = ("FROM memories m JOIN procedures p ON p.tenant_id = m.tenant_id "
+         "AND p.memory_id = m.id")
+
+
+# -- write -----------------------------------------------------------------------------
+def insert(conn: Conn, *, tenant: str, memory_id: uuid.UUID, scope: str, subject: str | None,
+           content: str, embedding: Any, status: str, provenance: dict[str, Any],
+           parent_id: uuid.UUID | None, version: int, now: datetime, name: str, intent: str,
+           steps: dict[str, Any]) -> None:
+    """Insert a procedure: its ``memories`` row (type ``procedure``) and its
+    ``procedures`` row. ``embedding`` None copies the parent's (a new version asked
+    without a question)."""
+    cols = ("tenant_id, id, scope, subject_id, type, content, embedding, status, created_at, "
+            "updated_at, provenance, parent_id, version")
+    params = {"t": tenant, "id": memory_id, "scope": scope, "subject": subject,
+              "content": content, "emb": embedding, "status": status, "now": now,
+              "prov": Jsonb(provenance), "parent": parent_id, "version": version}
+    if embedding is None:
+        conn.execute(
+            f"INSERT INTO memories ({cols}) SELECT %(t)s, %(id)s, %(scope)s, %(subject)s, "
+            "'procedure', %(content)s, embedding, %(status)s, %(now)s, %(now)s, %(prov)s, "
+            "%(parent)s, %(version)s FROM memories WHERE id = %(parent)s", params)
+    else:
+        conn.execute(
+            f"INSERT INTO memories ({cols}) VALUES (%(t)s, %(id)s, %(scope)s, %(subject)s, "
+            "'procedure', %(content)s, %(emb)s, %(status)s, %(now)s, %(now)s, %(prov)s, "
+            "%(parent)s, %(version)s)", params)
+    conn.execute(
+        "INSERT INTO procedures (tenant_id, memory_id, name, intent, steps, created_at) "
+        "VALUES (%s, %s, %s, %s, %s, %s)",
+        (tenant, memory_id, name, intent, Jsonb(steps), now))
+
+
+def lock(conn: Conn, memory_id: uuid.UUID) -> dict[str, Any] | None:
+    """The procedure ``memory_id`` (:data:`PROCEDURE_COLUMNS`), its memory row locked
+    ``FOR UPDATE``; None when there is no such procedure."""
+    return conn.execute(f"SELECT {PROCEDURE_COLUMNS} {_FROM} WHERE m.id = %s "
+                        "AND m.type = 'procedure' FOR UPDATE OF m", (memory_id,)).fetchone()
+
+
+def supersede(conn: Conn, memory_id: uuid.UUID, now: datetime) -> bool:
+    """Mark procedure ``memory_id`` superseded; whether it was live until now."""
+    row = conn.execute(
+        "UPDATE memories SET status = 'superseded', updated_at = %s WHERE id = %s "
+        "AND type = 'procedure' AND status <> 'superseded' RETURNING id",
+        (now, memory_id)).fetchone()
+    return row is not None
+
+
+def supersede_parents_of_active(conn: Conn, ids: Sequence[uuid.UUID],
+                                now: datetime) -> list[uuid.UUID]:
+    """For the active procedures among ``ids`` that are versions, mark their parents
+    superseded; the parents changed, sorted."""
+    rows = conn.execute(
+        "UPDATE memories p SET status = 'superseded', updated_at = %s FROM memories c "
+        "WHERE c.tenant_id = p.tenant_id AND c.parent_id = p.id AND c.id = ANY(%s) "
+        "AND c.type = 'procedure' AND c.status = 'active' AND p.status <> 'superseded' "
+        "RETURNING p.id", (now, list(ids))).fetchall()
+    return sorted(r["id"] for r in rows)
+
+
+# -- read ------------------------------------------------------------------------------
+def get(conn: Conn, memory_id: uuid.UUID) -> dict[str, Any] | None:
+    """One procedure (:data:`PROCEDURE_COLUMNS`), whatever its status."""
+    return conn.execute(f"SELECT {PROCEDURE_COLUMNS} {_FROM} WHERE m.id = %s",
+                        (memory_id,)).fetchone()
+
+
+def recent_runs(conn: Conn, memory_id: uuid.UUID, limit: int) -> list[dict[str, Any]]:
+    """The newest ``limit`` runs of a procedure (:data:`RUN_COLUMNS`), newest first."""
+    return conn.execute(f"SELECT {RUN_COLUMNS} FROM procedure_runs r WHERE r.procedure_id "
+                        "= %s ORDER BY r.ran_at DESC, r.id DESC LIMIT %s",
+                        (memory_id, limit)).fetchall()
+
+
+def candidates(conn: Conn, qvec: np.ndarray[Any, Any], *, tenant: str, scope: str,
+               subject: str | None, tags: Sequence[str], n: int,
+               ef_search: int = 100) -> list[dict[str, Any]]:
+    """The ``n`` live procedures of ``scope`` nearest to ``qvec`` by cosine distance
+    (HNSW with iterative scans, as memory recall), nearest first: active, not archived,
+    and not the parent of an active version. Each row: :data:`PROCEDURE_COLUMNS` and
+    ``similarity`` (``1 - cosine distance``)."""
+    conn.execute(f"SET LOCAL hnsw.ef_search = {int(max(ef_search, n))}")
+    conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+    params: dict[str, Any] = {"q": qvec, "n": n, "tenant": tenant, "scope": scope}
+    where = ("m.tenant_id = %(tenant)s AND m.scope = %(scope)s AND m.type = 'procedure' "
+             "AND m.status = 'active' AND NOT m.archived")
+    if subject is not None:
+        where += " AND m.subject_id = %(subject)s"
+        params["subject"] = subject
+    if tags:
+        where += " AND m.provenance -> 'tags' ?| %(tags)s"
+        params["tags"] = list(tags)
+    rows = conn.execute(
+        f"WITH near AS (SELECT m.id, m.embedding <=> %(q)s AS distance FROM memories m "
+        f"WHERE {where} ORDER BY m.embedding <=> %(q)s LIMIT %(n)s) "
+        f"SELECT {PROCEDURE_COLUMNS}, 1 - near.distance AS similarity FROM near "
+        "JOIN memories m ON m.tenant_id = %(tenant)s AND m.id = near.id "
+        "JOIN procedures p ON p.tenant_id = m.tenant_id AND p.memory_id = m.id "
+        "WHERE NOT EXISTS (SELECT 1 FROM memories c WHERE c.tenant_id = m.tenant_id "
+        "AND c.parent_id = m.id AND c.type = 'procedure' AND c.status = 'active')",
+        params).fetchall()
+    rows.sort(key=lambda r: -float(r["similarity"]))
+    return rows
+
+
+# -- runs ------------------------------------------------------------------------------
+def insert_run(conn: Conn, *, tenant: str, run_id: uuid.UUID, procedure_id: uuid.UUID,
+               scope: str, subject: str | None, ran_at: datetime, duration_ms: float | None,
+               agent_verdict: str | None, evaluator: str | None,
+               evaluator_verdict: str | None, score: float | None,
+               provenance: dict[str, Any]) -> dict[str, Any]:
+    """Insert a run and count it in its procedure's counters (one row lock on the
+    procedure: exact under concurrent recorders). Returns the procedure's counters after
+    the update (``runs``, ``successes``, ``judged_runs``, ``judged_successes``,
+    ``first_used``, ``last_used``) and the run's ``success`` and ``judged``."""
+    run = conn.execute(
+        "INSERT INTO procedure_runs (tenant_id, id, procedure_id, scope, subject_id, ran_at, "
+        "duration_ms, agent_verdict, evaluator, evaluator_verdict, score, provenance) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING success, judged",
+        (tenant, run_id, procedure_id, scope, subject, ran_at, duration_ms, agent_verdict,
+         evaluator, evaluator_verdict, score, Jsonb(provenance))).fetchone()
+    assert run is not None
+    counters = bump(conn, procedure_id, runs=1, successes=int(run["success"]),
+                    judged_runs=int(run["judged"]),
+                    judged_successes=int(run["success"] and run["judged"]), used_at=ran_at)
+    return {**counters, "success": run["success"], "judged": run["judged"]}
+
+
+def bump(conn: Conn, procedure_id: uuid.UUID, *, runs: int = 0, successes: int = 0,
+         judged_runs: int = 0, judged_successes: int = 0,
+         used_at: datetime | None = None) -> dict[str, Any]:
+    """Add the deltas to a procedure's counters (and widen first/last use to ``used_at``);
+    the counters after."""
+    row = conn.execute(
+        "UPDATE procedures SET runs = runs + %(r)s, successes = successes + %(s)s, "
+        "judged_runs = judged_runs + %(j)s, judged_successes = judged_successes + %(js)s, "
+        "first_used = CASE WHEN %(at)s::timestamptz IS NULL THEN first_used "
+        "  ELSE least(first_used, %(at)s) END, "
+        "last_used = CASE WHEN %(at)s::timestamptz IS NULL THEN last_used "
+        "  ELSE greatest(last_used, %(at)s) END "
+        "WHERE memory_id = %(id)s RETURNING runs, successes, judged_runs, judged_successes, "
+        "first_used, last_used",
+        {"r": runs, "s": successes, "j": judged_runs, "js": judged_successes, "at": used_at,
+         "id": procedure_id}).fetchone()
+    assert row is not None
+    return dict(row)
+
+
+def lock_run(conn: Conn, run_id: uuid.UUID) -> dict[str, Any] | None:
+    """One run (:data:`RUN_COLUMNS`) locked ``FOR UPDATE``, or None."""
+    return conn.execute(f"SELECT {RUN_COLUMNS} FROM procedure_runs r WHERE r.id = %s "
+                        "FOR UPDATE", (run_id,)).fetchone()
+
+
+def set_feedback(conn: Conn, run_id: uuid.UUID, *, scores: dict[str, float | None],
+                 person_verdict: str | None, agent_verdict: str | None,
+                 at: datetime) -> dict[str, Any]:
+    """Store feedback on a run: the scores given (``accuracy``, ``efficiency``,
+    ``satisfaction``; None keeps the old one) and a person's or the agent's verdict (None
+    keeps the old one). Returns the run after (:data:`RUN_COLUMNS`)."""
+    row = conn.execute(
+        "UPDATE procedure_runs r SET "
+        "feedback_accuracy = coalesce(%(a)s, feedback_accuracy), "
+        "feedback_efficiency = coalesce(%(e)s, feedback_efficiency), "
+        "feedback_satisfaction = coalesce(%(s)s, feedback_satisfaction), "
+        "person_verdict = coalesce(%(pv)s, person_verdict), "
+        "agent_verdict = coalesce(%(av)s, agent_verdict), feedback_at = %(at)s "
+        f"WHERE r.id = %(id)s RETURNING {RUN_COLUMNS}",
+        {"a": scores.get("accuracy"), "e": scores.get("efficiency"),
+         "s": scores.get("satisfaction"), "pv": person_verdict, "av": agent_verdict,
+         "at": at, "id": run_id}).fetchone()
+    assert row is not None
+    return dict(row)
+
+
+# -- prune -----------------------------------------------------------------------------
+def old_runs(conn: Conn, before: datetime, *, delete: bool) -> int:
+    """How many runs ran before ``before``; with ``delete`` they are deleted (counters
+    are kept: they summarise every run ever recorded)."""
+    if delete:
+        cur = conn.execute("DELETE FROM procedure_runs WHERE ran_at < %s", (before,))
+        return cur.rowcount
+    row = conn.execute("SELECT count(*) AS n FROM procedure_runs WHERE ran_at < %s",
+                       (before,)).fetchone()
+    return int(row["n"]) if row else 0
+
+
+def unused(conn: Conn, before: datetime) -> list[uuid.UUID]:
+    """Unpinned procedures last used (or, never used, created) before ``before``, in id
+    order."""
+    rows = conn.execute(
+        f"SELECT m.id {_FROM} WHERE m.type = 'procedure' AND NOT m.pinned "
+        "AND coalesce(p.last_used, m.created_at) < %s ORDER BY m.id", (before,)).fetchall()
+    return [r["id"] for r in rows]
+
+
+# -- subjects --------------------------------------------------------------------------
+def subject_runs(conn: Conn, *, scope: str, subject: str, after: uuid.UUID | None,
+                 limit: int) -> list[dict[str, Any]]:
+    """Runs of ``subject`` in ``scope`` (as stored), oldest id first, after ``after``; at
+    most ``limit`` (:data:`RUN_COLUMNS`)."""
+    return conn.execute(
+        f"SELECT {RUN_COLUMNS} FROM procedure_runs r WHERE r.scope = %s AND r.subject_id = %s "
+        "AND (%s::uuid IS NULL OR r.id > %s) ORDER BY r.id LIMIT %s",
+        (scope, subject, after, after, limit)).fetchall()
+
+
+def subject_procedures(conn: Conn, *, scope: str, subject: str, after: uuid.UUID | None,
+                       limit: int) -> list[dict[str, Any]]:
+    """Procedures of ``subject`` in ``scope`` (as stored), every status, oldest id first,
+    after ``after``; at most ``limit`` (:data:`PROCEDURE_COLUMNS`)."""
+    return conn.execute(
+        f"SELECT {PROCEDURE_COLUMNS} {_FROM} WHERE m.scope = %s AND m.subject_id = %s "
+        "AND (%s::uuid IS NULL OR m.id > %s) ORDER BY m.id LIMIT %s",
+        (scope, subject, after, after, limit)).fetchall()
+
+
+def delete_subject_runs(conn: Conn, *, scope: str, subject: str) -> list[dict[str, Any]]:
+    """Delete the runs of ``subject`` in ``scope`` on procedures that are not the
+    subject's own, and take them out of those procedures' counters (first and last use
+    recomputed from the runs that remain). Returns one row per procedure adjusted:
+    ``procedure_id`` and the deltas removed (``runs``, ``successes``, ``judged_runs``,
+    ``judged_successes``)."""
+    rows = conn.execute(
+        "WITH gone AS ("
+        " DELETE FROM procedure_runs r USING memories m WHERE m.tenant_id = r.tenant_id "
+        " AND m.id = r.procedure_id AND r.scope = %(scope)s AND r.subject_id = %(subject)s "
+        " AND m.subject_id IS DISTINCT FROM %(subject)s "
+        " RETURNING r.procedure_id, r.success, r.judged"
+        "), sums AS ("
+        " SELECT procedure_id, count(*)::int AS runs, "
+        " count(*) FILTER (WHERE success)::int AS successes, "
+        " count(*) FILTER (WHERE judged)::int AS judged_runs, "
+        " count(*) FILTER (WHERE success AND judged)::int AS judged_successes "
+        " FROM gone GROUP BY procedure_id"
+        ") UPDATE procedures p SET runs = p.runs - s.runs, "
+        " successes = p.successes - s.successes, judged_runs = p.judged_runs - s.judged_runs, "
+        " judged_successes = p.judged_successes - s.judged_successes "
+        "FROM sums s WHERE p.memory_id = s.procedure_id "
+        "RETURNING s.procedure_id, s.runs, s.successes, s.judged_runs, s.judged_successes",
+        {"scope": scope, "subject": subject}).fetchall()
+    ids = [r["procedure_id"] for r in rows]
+    if ids:  # a separate statement: the CTE's DELETE is not visible to its own UPDATE
+        conn.execute(
+            "UPDATE procedures p SET first_used = u.first_used, last_used = u.last_used "
+            "FROM (SELECT i AS id, (SELECT min(ran_at) FROM procedure_runs r "
+            "WHERE r.procedure_id = i) AS first_used, (SELECT max(ran_at) FROM "
+            "procedure_runs r WHERE r.procedure_id = i) AS last_used "
+            "FROM unnest(%s::uuid[]) AS i) u WHERE p.memory_id = u.id", (ids,))
+    return [dict(r) for r in rows]
+
+
+def stored_texts(conn: Conn, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """Per procedure, every stored free-text field of it and of its remaining runs, joined
+    (where its placeholders can be)."""
+    rows = conn.execute(
+        "SELECT m.id, concat_ws(' ', m.content, m.scope, m.subject_id, m.key, "
+        "m.provenance::text, p.name, p.intent, p.steps::text, "
+        "(SELECT string_agg(concat_ws(' ', r.subject_id, r.evaluator, r.provenance::text), "
+        "' ') FROM procedure_runs r WHERE r.procedure_id = m.id)) AS texts "
+        f"{_FROM} WHERE m.id = ANY(%s)", (list(ids),)).fetchall()
+    return {r["id"]: r["texts"] or "" for r in rows}
+
+
+def supported_nodes(conn: Conn, memory_id: uuid.UUID) -> list[str]:
+    """The graph nodes ``memory_id`` supports, sorted."""
+    rows = conn.execute("SELECT node_id FROM graph_node_support WHERE memory_id = %s "
+                        "ORDER BY node_id", (memory_id,)).fetchall()
+    return [r["node_id"] for r in rows]
+
+
+def release_nodes(conn: Conn, memory_id: uuid.UUID, nodes: Sequence[str]) -> None:
+    """Remove ``memory_id``'s support of ``nodes`` (and of the edges touching them)."""
+    conn.execute("DELETE FROM graph_edge_support WHERE memory_id = %s "
+                 "AND (source_node = ANY(%s) OR target_node = ANY(%s))",
+                 (memory_id, list(nodes), list(nodes)))
+    conn.execute("DELETE FROM graph_node_support WHERE memory_id = %s AND node_id = ANY(%s)",
+                 (memory_id, list(nodes)))

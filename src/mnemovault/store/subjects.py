@@ -1,0 +1,195 @@
+"""SQL of subject rights (SPEC section 10): the memories of an erase target, the advisory
+locks that make a write and an erase of the same subject conflict, the rows of a subject
+listing or export, and the in-place content replacement of a rectification.
+
+Tables read or written: ``memories`` (and ``memory_lineage`` for an export's lineage).
+Every function runs in the caller's transaction, tenant set for row-level security.
+
+Lock protocol (:func:`lock_for_write`, :func:`lock_for_erase`): transaction-level advisory
+locks on a 64-bit key per (tenant, scope, subject) and per (tenant, scope) as a whole. A
+write takes the shared lock of each (scope, subject) it writes and of each scope; an erase
+of a subject takes the exclusive lock of its (scope, subject), an erase of a scope the
+exclusive lock of the scope. Every acquisition is a *try*: whoever comes second fails with
+:class:`~mnemovault.errors.Conflict` at once instead of waiting (so a write never slips in
+after an erase resolved its rows, and an erase never waits behind a stream of writes).
+Writes share the locks, so writes never conflict with each other here. All of a write's
+keys are tried in one statement.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Collection, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from mnemovault.errors import Conflict
+from mnemovault.store.memories import COLUMNS
+
+Conn = psycopg.Connection[Any]
+
+_WHOLE_SCOPE = "\x00*"  # cannot be a subject: subjects have no control characters
+
+
+def lock_key(tenant: str, scope: str, subject: str | None) -> int:
+    """The advisory lock key of (tenant, scope, subject) (``subject`` None: the whole
+    scope): the first 8 bytes of SHA-256 of the three, as a signed 64-bit integer."""
+    parts = (tenant, scope, _WHOLE_SCOPE if subject is None else subject)
+    digest = hashlib.sha256("\x00".join(parts).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _try(conn: Conn, keys: Collection[int], *, shared: bool) -> bool:
+    """Try every lock of ``keys`` in one statement (a try never waits, so the order does
+    not matter for deadlocks); whether all were granted (the caller fails otherwise, and
+    its rollback releases those that were)."""
+    fn = "pg_try_advisory_xact_lock_shared" if shared else "pg_try_advisory_xact_lock"
+    if not keys:
+        return True
+    row = conn.execute(f"SELECT bool_and({fn}(k)) AS ok FROM unnest(%s::bigint[]) AS k",
+                       (sorted(set(keys)),)).fetchone()
+    return bool(row and row["ok"])
+
+
+def lock_for_write(conn: Conn, tenant: str, pairs: Iterable[tuple[str, str | None]]) -> None:
+    """Take the shared locks of a write of (scope, subject) ``pairs`` (as stored) until the
+    transaction ends.
+
+    Raises:
+        Conflict: an erase of one of these subjects or scopes is under way; nothing was
+            stored and retrying (after it) is safe.
+    """
+    keys: set[int] = set()
+    for scope, subject in pairs:
+        keys.add(lock_key(tenant, scope, None))
+        if subject is not None:
+            keys.add(lock_key(tenant, scope, subject))
+    if not _try(conn, keys, shared=True):
+        raise Conflict("subject: an erase of this subject or scope is under way; nothing "
+                       "was stored and retrying is safe", field="subject")
+
+
+def lock_for_erase(conn: Conn, tenant: str, scope: str, subject: str | None) -> None:
+    """Take the exclusive lock of an erase of ``subject`` in ``scope`` (None: the whole
+    scope) until the transaction ends.
+
+    Raises:
+        Conflict: a write for this subject (or scope) is under way; nothing was erased
+            and retrying is safe.
+    """
+    if not _try(conn, [lock_key(tenant, scope, subject)], shared=False):
+        raise Conflict("subject: a write for this subject or scope is under way; nothing "
+                       "was erased and retrying is safe", field="subject")
+
+
+def target_ids(conn: Conn, scope: str, subject: str | None, *,
+               lock: bool = False) -> list[uuid.UUID]:
+    """Ids of every memory of ``subject`` in ``scope`` (None: every memory of the scope),
+    any status, in id order; locked ``FOR UPDATE`` with ``lock``."""
+    sql = "SELECT id FROM memories WHERE scope = %s"
+    params: tuple[str, ...] = (scope,)
+    if subject is not None:
+        sql, params = sql + " AND subject_id = %s", (scope, subject)
+    rows = conn.execute(sql + " ORDER BY id" + (" FOR UPDATE" if lock else ""),
+                        params).fetchall()
+    return [r["id"] for r in rows]
+
+
+def rows(conn: Conn, ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
+    """The rows of ``ids`` (:data:`~mnemovault.store.memories.COLUMNS`: never the
+    embedding), in id order."""
+    return conn.execute(f"SELECT {COLUMNS} FROM memories WHERE id = ANY(%s) ORDER BY id",
+                        (list(ids),)).fetchall()
+
+
+def lineage_sources(conn: Conn, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[uuid.UUID]]:
+    """``{memory id: [source ids, sorted]}`` for those of ``ids`` derived from others."""
+    out: dict[uuid.UUID, list[uuid.UUID]] = {}
+    for r in conn.execute("SELECT memory_id, source_id FROM memory_lineage "
+                          "WHERE memory_id = ANY(%s) ORDER BY memory_id, source_id",
+                          (list(ids),)).fetchall():
+        out.setdefault(r["memory_id"], []).append(r["source_id"])
+    return out
+
+
+def lock_memory(conn: Conn, memory_id: uuid.UUID) -> dict[str, Any] | None:
+    """One memory row (:data:`~mnemovault.store.memories.COLUMNS`) locked ``FOR UPDATE``,
+    or None."""
+    return conn.execute(f"SELECT {COLUMNS} FROM memories WHERE id = %s FOR UPDATE",
+                        (memory_id,)).fetchone()
+
+
+def replace_content(conn: Conn, memory_id: uuid.UUID, content: str, embedding: Any,
+                    now: datetime) -> dict[str, Any]:
+    """Replace a memory's content and embedding in place (a rectification): the version
+    goes up by one, ``updated_at`` is ``now``; the new row (COLUMNS)."""
+    row = conn.execute(
+        f"UPDATE memories SET content = %s, embedding = %s, version = version + 1, "
+        f"updated_at = %s WHERE id = %s RETURNING {COLUMNS}",
+        (content, embedding, now, memory_id)).fetchone()
+    assert row is not None
+    return row
+
+
+def vault_entries(conn: Conn, placeholders: Sequence[str]) -> list[dict[str, Any]]:
+    """``placeholder``, ``kind``, ``created_at``, ``shredded_at`` of the vault entries among
+    ``placeholders`` (read from ``pii_values``; metadata only), by placeholder."""
+    return conn.execute(
+        "SELECT placeholder, kind, created_at, shredded_at FROM pii_values "
+        "WHERE placeholder = ANY(%s) ORDER BY placeholder", (list(placeholders),)).fetchall()
+
+
+def _target_where(alias: str, subject: str | None) -> str:
+    where = f"{alias}.scope = %(scope)s"
+    if subject is not None:
+        where += f" AND {alias}.subject_id = %(subject)s"
+    return where
+
+
+def neighbours(conn: Conn, scope: str, subject: str | None) -> tuple[set[uuid.UUID],
+                                                                    set[uuid.UUID]]:
+    """The memories outside the target (every memory of ``subject`` in ``scope``; with
+    ``subject`` None the whole scope) one link away from it, in one statement run in the
+    server: (other versions of a target memory: same scope and key, or parent/child by
+    ``parent_id``; memories derived from a target memory through ``memory_lineage``).
+    The forget walk's first step out of the target, without sending its ids anywhere."""
+    params: dict[str, Any] = {"scope": scope, "subject": subject}
+    t = _target_where("m", subject)
+    rows = conn.execute(
+        f"WITH d AS MATERIALIZED (SELECT m.id, m.parent_id, m.key FROM memories m WHERE {t}) "
+        "SELECT x.id, x.link FROM ("
+        "  SELECT o.id, 'version' AS link FROM d JOIN memories o "
+        "    ON o.scope = %(scope)s AND o.key = d.key WHERE d.key IS NOT NULL"
+        "  UNION SELECT o.id, 'version' FROM d JOIN memories o ON o.id = d.parent_id"
+        "  UNION SELECT o.id, 'version' FROM d JOIN memories o ON o.parent_id = d.id"
+        "  UNION SELECT l.memory_id, 'derived' FROM d JOIN memory_lineage l "
+        "    ON l.source_id = d.id"
+        ") x WHERE NOT EXISTS (SELECT 1 FROM d WHERE d.id = x.id)", params).fetchall()
+    versions = {r["id"] for r in rows if r["link"] == "version"}
+    return versions, {r["id"] for r in rows if r["link"] == "derived"} - versions
+
+
+def in_target(conn: Conn, ids: Sequence[uuid.UUID], scope: str,
+              subject: str | None) -> set[uuid.UUID]:
+    """Those of ``ids`` that belong to the target themselves."""
+    if not ids:
+        return set()
+    params: dict[str, Any] = {"scope": scope, "subject": subject, "ids": list(ids)}
+    return {r["id"] for r in conn.execute(
+        f"SELECT m.id FROM memories m WHERE m.id = ANY(%(ids)s) AND "
+        f"{_target_where('m', subject)}", params).fetchall()}
+
+
+def target_page(conn: Conn, scope: str, subject: str | None, after: uuid.UUID | None,
+                limit: int) -> list[uuid.UUID]:
+    """Up to ``limit`` ids of the target's own memories after ``after``, in id order (the
+    ``memories_scope_subject`` index)."""
+    params: dict[str, Any] = {"scope": scope, "subject": subject, "limit": limit,
+                              "after": after}
+    cond = " AND m.id > %(after)s" if after is not None else ""
+    return [r["id"] for r in conn.execute(
+        f"SELECT m.id FROM memories m WHERE {_target_where('m', subject)}{cond} "
+        "ORDER BY m.id LIMIT %(limit)s", params).fetchall()]

@@ -1,0 +1,149 @@
+"""A subject's memories: the keyset listing and the JSON export (SPEC section 10; issue
+10, item 3).
+
+The listing is exactly the set an erase of the same subject and scope would remove
+(:func:`mnemovault.governance.forget.resolve_target`: the subject's memories in the scope
+in any status, pending review and archived and superseded included, their versions, and
+what was derived from them), oldest id first, ``limit`` 1..100, ``cursor`` = the last id of
+the previous page. Embeddings are never read. Cost per page: the target's own ids come
+from the ``memories_scope_subject`` index (``limit`` of them), and the memories outside
+the target that an erase reaches (versions, derived facts) from one statement over the
+target in the server (:func:`mnemovault.governance.forget.extras`), so no page ships all
+N ids.
+
+The export is everything about the subject in one document of the format
+``mnemovault-subject-export/1``, described by the JSON Schema committed at
+``docs/schemas/subject-export.schema.json``::
+
+    {"format": "mnemovault-subject-export/1", "exported_at": "<UTC timestamp>",
+     "tenant": "...", "scope": "...", "subject": "...", "subject_fingerprint": "...",
+     "revealed": false, "audit_seq": 7,
+     "memories": [{"id", "type", "status", "scope", "subject", "key", "content",
+                   "pinned", "archived", "created_at", "updated_at", "last_accessed_at",
+                   "access_count", "provenance", "parent_id", "version", "derived_from",
+                   "reason"}, ...],
+     "vault_entries": [{"placeholder", "kind", "created_at", "shredded_at", "value"?}, ...]}
+
+Personal values stay placeholders unless the caller holds ``pii:reveal`` and asks
+(``reveal``): then they are resolved in ``scope``, ``subject``, ``key``, ``content`` and
+each vault entry's ``value``, and a ``REVEAL`` audit row names the placeholders. Shredded
+values render ``[erased]`` for everyone. Every export is audited (``SUBJECT_EXPORT``, the
+subject by fingerprint).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from mnemovault import validation as checked
+from mnemovault.audit import log as audit
+from mnemovault.audit.chain import format_ts
+from mnemovault.auth import Principal
+from mnemovault.errors import ValidationError
+from mnemovault.governance import forget as forget_mod
+from mnemovault.models import Memory, Page
+from mnemovault.pii import service as pii
+from mnemovault.pii.vault import PLACEHOLDER_RE
+from mnemovault.pii.vault import render as render_text
+from mnemovault.runtime import Runtime
+from mnemovault.store import subjects as subject_store
+from mnemovault.subjects.erase import fingerprint, target_of
+
+FORMAT = "mnemovault-subject-export/1"
+SCHEMA_PATH = "docs/schemas/subject-export.schema.json"
+
+
+def _check(who: Principal, subject: str, scope: str) -> tuple[str, str]:
+    subject = checked.name(subject, "subject")
+    scope = checked.name(scope, "scope")
+    who.check_scope(scope)
+    who.check_subject(subject)
+    return subject, scope
+
+
+def list_memories(rt: Runtime, who: Principal, subject: str, *, scope: str, limit: int = 50,
+                  cursor: uuid.UUID | str | None = None) -> Page:
+    """One page of ``subject``'s memories in ``scope`` (module docstring), rendered for
+    the caller (shredded values ``[erased]``). Needs ``memory:read``.
+
+    Raises:
+        ValidationError: blank subject or scope, ``limit`` outside 1..100, a malformed
+            cursor (each names its field).
+        Forbidden: outside the key's scope or subject.
+    """
+    who.require("memory:read")
+    subject, scope = _check(who, subject, scope)
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100:
+        raise ValidationError("limit: must be an integer in 1..100", field="limit")
+    after = checked.parse_id(cursor, "cursor") if cursor is not None else None
+    with rt.db.transaction(who.tenant) as conn:
+        tr = pii.Translator(rt, conn, who.tenant)
+        keys = rt.pii.tenant_keys(conn, who.tenant)
+        target = target_of(scope, subject, tr, keys)
+        versions, derived = forget_mod.extras(conn, target)
+        extra = [i for i in sorted({*versions, *derived}) if after is None or i > after]
+        own = subject_store.target_page(conn, target.scope, target.subject, after, limit + 1)
+        ids = sorted({*own, *extra[: limit + 1]})[: limit + 1]
+        rows = subject_store.rows(conn, ids[:limit])
+        items = pii.render(rt, conn, who, [Memory.from_row(r) for r in rows], reveal=False)
+    return Page(items=items, next_cursor=items[-1].id if len(ids) > limit else None)
+
+
+def export(rt: Runtime, who: Principal, subject: str, *, scope: str, reveal: bool = False,
+           request_id: str | None = None) -> dict[str, Any]:
+    """Everything about ``subject`` in ``scope`` as one ``mnemovault-subject-export/1``
+    document (module docstring). Needs ``subject:erase`` (and ``pii:reveal`` with
+    ``reveal``).
+
+    Raises:
+        ValidationError: blank subject or scope.
+        Forbidden: a missing permission (named), or outside the key's limits.
+    """
+    who.require("subject:erase")
+    if reveal:
+        who.require("pii:reveal")
+    subject, scope = _check(who, subject, scope)
+    with rt.db.transaction(who.tenant) as conn:
+        tr = pii.Translator(rt, conn, who.tenant)
+        keys = rt.pii.tenant_keys(conn, who.tenant)
+        target = target_of(scope, subject, tr, keys)
+        res = forget_mod.resolve_target(conn, target)
+        reasons = res.reasons()
+        rows = subject_store.rows(conn, res.all)
+        sources = subject_store.lineage_sources(conn, res.all)
+        memories = pii.render(rt, conn, who, [Memory.from_row(r) for r in rows],
+                              reveal=reveal, request_id=request_id)
+        found = {m.group(0) for r in rows
+                 for f in ("content", "scope", "subject_id", "key")
+                 for m in PLACEHOLDER_RE.finditer(r[f] or "")}
+        found |= {m.group(0) for t in (target.scope, target.subject)
+                  for m in PLACEHOLDER_RE.finditer(t or "")}
+        entries = subject_store.vault_entries(conn, sorted(found))
+        values = rt.pii.reveal_values(conn, who.tenant, found) if reveal else {}
+        erased = {e["placeholder"] for e in entries if e["shredded_at"] is not None}
+        seq = audit.append(
+            conn, tenant=who.tenant, operation="SUBJECT_EXPORT", actor=who.actor,
+            agent=who.agent, memory_ids=[str(i) for i in res.all[:10]], request_id=request_id,
+            details={"count": len(rows), "subject_fp": target.subject_fp,
+                     "scope_fp": fingerprint(keys, target.scope, "scope"),
+                     "revealed": reveal, "vault_entries": len(entries)})
+
+    def shown(text: str | None) -> str | None:
+        return None if text is None else render_text(text, values, erased)
+
+    return {
+        "format": FORMAT, "exported_at": format_ts(datetime.now(UTC)), "tenant": who.tenant,
+        "scope": shown(target.scope), "subject": shown(target.subject),
+        "subject_fingerprint": target.subject_fp, "revealed": reveal, "audit_seq": seq,
+        "memories": [{**m.model_dump(mode="json"),
+                      "derived_from": [str(s) for s in sources.get(m.id, [])],
+                      "reason": reasons[m.id]} for m in memories],
+        "vault_entries": [{"placeholder": e["placeholder"], "kind": e["kind"],
+                           "created_at": format_ts(e["created_at"]),
+                           "shredded_at": format_ts(e["shredded_at"]) if e["shredded_at"]
+                           else None,
+                           **({"value": values.get(e["placeholder"])} if reveal else {})}
+                          for e in entries],
+    }

@@ -1,0 +1,252 @@
+"""The erasure ledger outside the database, and reapplying it after a backup restore
+(SPEC section 10's GOAL; issue 10, item 9).
+
+Design. Every erase, forget, shred, rectification and reapply writes one row to the
+``erasure_ledger`` table in its own transaction (:mod:`mnemovault.store.ledger`), keyed by
+the seq of its audit row: ids, placeholders and keyed fingerprints, never content. A
+restore of a backup rolls that table back with everything else, so after each commit the
+new rows are also appended to a JSON Lines file outside the database, one per tenant:
+``<ledger_dir>/<tenant>.jsonl`` (``MNEMOVAULT_LEDGER_DIR``, default ``<data dir>/ledger``;
+``MNEMOVAULT_LEDGER_FILE=false`` turns the file off). Keep that directory (or a copy made
+with ``mnemovault ledger export FILE``, which writes the file again from the table) apart
+from the database backups, with the KEK. After restoring a backup,
+``mnemovault reapply-erasures`` reads the file(s) and removes again, through the forget path
+(audited as ``REAPPLY``), every memory the ledger lists that exists again, and shreds again
+every listed placeholder that is live again; it is idempotent and reports what it removed,
+and which rectified memories exist (a restore may have brought their old content back:
+check and correct them again).
+
+Line format (canonical JSON, :func:`mnemovault.audit.canonical.canonical_json`)::
+
+    {"tenant": "acme", "audit_seq": 42, "id": "<uuid>", "kind": "erase", "at": "<UTC ts>",
+     "request_id": "...", "subject_fp": "hmac-sha256:..." | null, "scope_fp": ... | null,
+     "memory_ids": ["<uuid>", ...], "placeholders": ["{email:p_...}", ...],
+     "rectified": ["<uuid>", ...]}
+
+Appending follows ``audit_seq``: writers take an ``fcntl`` lock on ``<file>.lock``, read the
+file's last line, and append the table's rows after it. When the last line's row is not in
+the table (the database was restored to an older state) every table row whose ``id`` the
+file lacks is appended, so lines written after a restore are not lost behind older seqs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from mnemovault.audit import log as audit
+from mnemovault.audit.canonical import canonical_json
+from mnemovault.audit.chain import format_ts
+from mnemovault.auth import Principal
+from mnemovault.errors import ValidationError
+from mnemovault.governance import forget as forget_mod
+from mnemovault.runtime import Runtime
+from mnemovault.store import ledger as store
+from mnemovault.store import memories as memory_store
+from mnemovault.store import pii as pii_store
+from mnemovault.store.db import Database
+from mnemovault.subjects.models import Reapplied
+
+BATCH = 1000
+LINE_KEYS = ("tenant", "audit_seq", "id", "kind", "at", "request_id", "subject_fp",
+             "scope_fp", "memory_ids", "placeholders", "rectified")
+
+
+def ledger_dir(rt: Runtime) -> Path:
+    """``MNEMOVAULT_LEDGER_DIR``, else ``<data dir>/ledger``."""
+    s = rt.settings
+    return Path(s.ledger_dir or Path(s.data_dir).expanduser() / "ledger")
+
+
+def line(row: dict[str, Any]) -> bytes:
+    """One ledger row as its canonical JSON line (with the newline)."""
+    return canonical_json({
+        "tenant": row["tenant_id"], "audit_seq": int(row["audit_seq"]), "id": str(row["id"]),
+        "kind": row["kind"], "at": format_ts(row["at"]), "request_id": row["request_id"],
+        "subject_fp": row["subject_fp"], "scope_fp": row["scope_fp"],
+        "memory_ids": [str(i) for i in row["memory_ids"]],
+        "placeholders": list(row["placeholders"]),
+        "rectified": [str(i) for i in row["rectified"]]}) + b"\n"
+
+
+def _last(path: Path) -> dict[str, Any] | None:
+    """The file's last complete line, parsed (None: missing or empty)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        chunk = 4096
+        while True:
+            start = max(0, size - chunk)
+            f.seek(start)
+            data = f.read(size - start)
+            body = data[:-1] if data.endswith(b"\n") else data
+            nl = body.rfind(b"\n")
+            if nl != -1 or start == 0:
+                parsed: dict[str, Any] = orjson.loads(body[nl + 1:])
+                return parsed
+            chunk *= 2
+
+
+def _ids_in(path: Path) -> set[str]:
+    with open(path, "rb") as f:
+        return {str(orjson.loads(raw)["id"]) for raw in f if raw.strip()}
+
+
+class LedgerFile:
+    """The per-tenant JSON Lines copy of ``erasure_ledger`` (module docstring)."""
+
+    def __init__(self, db: Database, directory: Path) -> None:
+        self.db = db
+        self.directory = Path(directory)
+
+    def path(self, tenant: str) -> Path:
+        return self.directory / f"{tenant}.jsonl"
+
+    def after_commit(self, tenant: str) -> None:
+        """The database's after-commit hook: sync when this context wrote a ledger row."""
+        if store.take_pending(tenant):
+            self.sync(tenant)
+
+    def sync(self, tenant: str) -> int:
+        """Append the tenant's committed rows the file lacks; how many."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.path(tenant)
+        with open(path.with_name(path.name + ".lock"), "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            last = _last(path)
+            seq, known = 0, None
+            if last is not None:
+                with self.db.transaction(tenant) as conn:
+                    same = store.id_at(conn, int(last["audit_seq"]))
+                if same is not None and str(same) == last["id"]:
+                    seq = int(last["audit_seq"])
+                else:  # the database is not where the file left it (a restore)
+                    known = _ids_in(path)
+            written = 0
+            with open(path, "ab") as out:
+                while True:
+                    with self.db.transaction(tenant) as conn:
+                        rows = store.after(conn, seq, BATCH)
+                    if not rows:
+                        break
+                    seq = int(rows[-1]["audit_seq"])
+                    fresh = [r for r in rows if known is None or str(r["id"]) not in known]
+                    out.write(b"".join(line(r) for r in fresh))
+                    written += len(fresh)
+                out.flush()
+                os.fsync(out.fileno())
+        return written
+
+
+def attach(rt: Runtime) -> None:
+    """Append ledger rows to the ledger file after each commit (once per database;
+    nothing with ``ledger_file`` off)."""
+    if not rt.settings.ledger_file:
+        return
+    if any(isinstance(getattr(h, "__self__", None), LedgerFile) for h in rt.db.after_commit):
+        return
+    rt.db.after_commit.append(LedgerFile(rt.db, ledger_dir(rt)).after_commit)
+
+
+def export(rt: Runtime, who: Principal, path: Path) -> int:
+    """Write the tenant's whole ledger, from the table, to ``path`` (the operator's copy);
+    how many lines. Needs ``audit:read``."""
+    who.require("audit:read")
+    who.require_unlimited("ledger export")
+    n, seq = 0, 0
+    with open(path, "wb") as out:
+        while True:
+            with rt.db.transaction(who.tenant) as conn:
+                rows = store.after(conn, seq, BATCH)
+            if not rows:
+                break
+            seq = int(rows[-1]["audit_seq"])
+            out.write(b"".join(line(r) for r in rows))
+            n += len(rows)
+    return n
+
+
+def read(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """The entries of ledger files, in file order.
+
+    Raises:
+        ValidationError: a line that is not a ledger entry (field ``ledger``, naming the
+            file and line number).
+    """
+    out = []
+    for path in paths:
+        with open(path, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    entry = orjson.loads(raw)
+                    ok = (isinstance(entry, dict) and set(LINE_KEYS) <= set(entry)
+                          and isinstance(entry["tenant"], str))
+                    if ok:
+                        entry["memory_ids"] = [uuid.UUID(i) for i in entry["memory_ids"]]
+                        entry["rectified"] = [uuid.UUID(i) for i in entry["rectified"]]
+                except (orjson.JSONDecodeError, ValueError, TypeError, AttributeError):
+                    ok = False
+                if not ok:
+                    raise ValidationError(f"ledger: {path} line {n} is not a ledger entry",
+                                          field="ledger")
+                out.append(entry)
+    return out
+
+
+def files(rt: Runtime, ledger: Path | None) -> list[Path]:
+    """``ledger`` itself, else every ``*.jsonl`` of the ledger directory."""
+    if ledger is not None:
+        return [ledger]
+    d = ledger_dir(rt)
+    return sorted(d.glob("*.jsonl")) if d.is_dir() else []
+
+
+def reapply(rt: Runtime, who: Principal, entries: Sequence[dict[str, Any]], *,
+            request_id: str | None = None) -> Reapplied:
+    """Remove again what the ledger ``entries`` of the principal's tenant (others are
+    skipped) say was erased and exists again: listed memories through the forget path,
+    listed placeholders by shredding; one ``REAPPLY`` audit row and ledger row. Idempotent.
+    Needs ``subject:erase`` on an unlimited key."""
+    who.require("subject:erase")
+    who.require_unlimited("reapply-erasures")
+    mine = [e for e in entries if e["tenant"] == who.tenant]
+    ids = sorted({i for e in mine for i in e["memory_ids"]})
+    placeholders = sorted({p for e in mine for p in e["placeholders"]})
+    rectified = sorted({i for e in mine for i in e["rectified"]})
+    out = Reapplied(tenant=who.tenant, entries=len(mine))
+    if not mine:
+        return out
+    with rt.db.transaction(who.tenant) as conn:
+        back = sorted(memory_store.existing(conn, ids, scope=None, lock=False)) if ids else []
+        live = sorted(pii_store.live_among(conn, placeholders)) if placeholders else []
+        if not rt.settings.pii_pseudonymize:
+            live = []
+        if back:
+            res = forget_mod.forget(
+                conn, tenant=who.tenant, ids=back, actor=who.actor, agent=who.agent,
+                trigger="reapply", request_id=request_id,
+                pii=rt.pii if rt.settings.pii_pseudonymize else None, shred_values=live,
+                operation="REAPPLY")
+            out.removed, out.shredded, out.audit_seq = res.deleted, res.shredded, res.audit_seq
+        elif live:
+            out.shredded = rt.pii.shred(conn, live)
+            out.audit_seq = audit.append(
+                conn, tenant=who.tenant, operation="REAPPLY", actor=who.actor,
+                agent=who.agent, trigger="reapply", request_id=request_id,
+                details={"count": 0, "shredded": out.shredded, "entries": len(mine)})
+            store.insert(conn, tenant=who.tenant, audit_seq=out.audit_seq, kind="reapply",
+                         request_id=request_id, subject_fp=None, scope_fp=None,
+                         memory_ids=[], placeholders=out.shredded)
+        out.to_rectify = sorted(memory_store.existing(conn, rectified, scope=None,
+                                                      lock=False)) if rectified else []
+    return out

@@ -1,0 +1,102 @@
+"""Rectification (SPEC section 10; issue 10, item 4): correct a memory's content.
+
+In one transaction: the memory is locked, the new content is pseudonymised (new vault
+entries as on the write path) and embedded, and replaces the old content and embedding
+*in place*: same id (lineage and references stay valid), ``version`` + 1, ``updated_at``
+now. The old text is not kept anywhere, not as a superseded version either (PostgreSQL
+keeps the dead tuple until the table is rewritten: ``scrub``). The memory's graph support
+is rebuilt from its new fields; nodes and edges nothing supports any more are removed and
+the vault values only the old content used are crypto-shredded. One ``RECTIFY`` audit row
+(ids, version, placeholders created and shredded: never content) and one erasure-ledger
+row (kind ``rectify``: the shredded placeholders and the rectified id) go with it.
+
+A rectification takes the write lock of the memory's subject, so it conflicts with an
+erase of that subject like any write. Needs ``subject:erase``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from mnemovault.audit import log as audit
+from mnemovault.auth import Principal
+from mnemovault.errors import Conflict, NotFound, ValidationError
+from mnemovault.governance import graph
+from mnemovault.models import MAX_CONTENT_CHARS
+from mnemovault.pii import service as pii
+from mnemovault.pii.vault import PLACEHOLDER_RE
+from mnemovault.runtime import Runtime
+from mnemovault.store import ledger as ledger_store
+from mnemovault.store import subjects as subject_store
+from mnemovault.subjects.models import Rectified
+from mnemovault.validation import parse_id, text_rule
+
+
+def _texts(row: dict[str, Any]) -> list[str | None]:
+    """Every stored free-text field of a memory row (where placeholders can be)."""
+    prov = row["provenance"] or {}
+    tags = prov.get("tags") or []
+    return [row["content"], row["scope"], row["subject_id"], row["key"],
+            *(t for t in tags if isinstance(t, str)),
+            *(v for k, v in prov.items() if k != "tags" and isinstance(v, str))]
+
+
+def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: str, *,
+            trigger: str = "api", request_id: str | None = None) -> Rectified:
+    """Replace memory ``memory_id``'s content with ``content`` (module docstring).
+
+    Raises:
+        ValidationError: a malformed id, blank or over-long content.
+        Forbidden: missing ``subject:erase``.
+        NotFound: no such memory in this tenant (or outside the key's limits).
+        Conflict: an erase of its subject is under way, or a value in the new content was
+            erased concurrently; nothing was changed and retrying is safe.
+    """
+    who.require("subject:erase")
+    mid = parse_id(memory_id, "id")
+    rule = text_rule(content, max_len=MAX_CONTENT_CHARS)
+    if rule is None and not content.strip():
+        rule = "must not be blank"
+    if rule is not None:
+        raise ValidationError(f"content: {rule}", field="content")
+    with rt.db.transaction(who.tenant) as conn:
+        row = subject_store.rows(conn, [mid])
+        if not row or not pii.within_limits(rt, conn, who, row[0]):
+            raise NotFound("id: no memory with this id", field="id")
+        # the subject's write lock before the row lock: an erase holding the row fails us
+        # at once instead of making us wait for it
+        subject_store.lock_for_write(conn, who.tenant,
+                                     [(row[0]["scope"], row[0]["subject_id"])])
+        locked = subject_store.lock_memory(conn, mid)
+        if locked is None:
+            raise NotFound("id: no memory with this id", field="id")
+        created: list[str] = []
+        used: list[str] = []
+        text = content
+        if rt.settings.pii_pseudonymize:
+            r = pii.pseudonymiser(rt, conn, who.tenant).rewrite(content)
+            text, created, used = r.text, list(r.created), list(r.placeholders)
+        vector = rt.embedder.embed([text])[0]
+        old_nodes, old_edges = graph.supported_by(conn, [mid])
+        graph.delete_support(conn, [mid])
+        new = subject_store.replace_content(conn, mid, text, vector, datetime.now(UTC))
+        graph.index(conn, who.tenant, [graph.mentions(mid, _texts(new))])
+        if rt.pii.erased_placeholders(conn, used):
+            raise Conflict("content: a personal value in it was erased concurrently; "
+                           "retrying is safe", field="content")
+        removed, _ = graph.delete_orphans(conn, old_nodes, old_edges)
+        shredded: list[str] = []
+        if rt.settings.pii_pseudonymize:
+            shredded = rt.pii.shred(conn, [n for n in removed if PLACEHOLDER_RE.fullmatch(n)])
+        seq = audit.append(
+            conn, tenant=who.tenant, operation="RECTIFY", actor=who.actor, agent=who.agent,
+            memory_ids=[str(mid)], trigger=trigger, request_id=request_id,
+            details={"count": 1, "version": new["version"],
+                     "placeholders_created": sorted(set(created)), "shredded": shredded})
+        ledger_store.insert(conn, tenant=who.tenant, audit_seq=seq, kind="rectify",
+                            request_id=request_id, subject_fp=None, scope_fp=None,
+                            memory_ids=[], placeholders=shredded, rectified=[mid])
+    return Rectified(id=mid, version=new["version"], placeholders=sorted(set(created)),
+                     shredded=shredded, audit_seq=seq)
