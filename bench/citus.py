@@ -4,10 +4,11 @@ one), in the same run, with the plans.
 For each backend it loads N memories into one fresh tenant (random unit vectors and short
 texts, inserted as the owner: the bench measures recall, not the write path), then times
 ``MemoryVault.recall`` (median and p95 of ``--repeat`` queries) and keeps the ``EXPLAIN`` of
-the vector query (a routed query shows ``Task Count: 1``). It then tries remember
-throughput with 8 tenants writing concurrently; on today's tree the write path is not
-routable on Citus (see tests/citus: the lexical triggers and the vault lookup take row
-locks without a tenant filter), so that part reports the error instead of a figure.
+the vector query and of a write-path row lock (a routed query shows ``Task Count: 1``).
+It then measures remember throughput with 8 tenants writing concurrently (``--writes``
+remembers each, every one with a personal value, so the vault, graph and audit row are
+written), and counts the two-phase commits Citus needed for them (``pg_dist_transaction``:
+0 when every tenant's write stayed on its shard's node).
 
 The cluster is ``MV_CITUS_URL`` (the coordinator, as the owner; ``.ci/run`` starts
 ``../shared/citus/cluster.sh`` and sets it). Without it, or when it is unreachable, the
@@ -77,7 +78,29 @@ def _plan(url: str, tenant: str, dim: int) -> str:
     return "\n".join(r[0] for r in rows)
 
 
-def _measure(settings: Any, n: int, repeat: int) -> dict[str, Any]:
+def _lock_plan(url: str, tenant: str) -> str:
+    """The forget walk's row lock (store.memories.lock) as the write path runs it."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "EXPLAIN (COSTS OFF) SELECT id FROM memories WHERE tenant_id = "
+            f"'{tenant}' AND id = ANY('{{{uuid.uuid4()}}}'::uuid[]) ORDER BY id FOR UPDATE"
+        ).fetchall()
+    return "\n".join(r[0] for r in rows)
+
+
+def _prepared(url: str, *, recover: bool = False) -> int | None:
+    """Rows of ``pg_dist_transaction`` (two-phase commits on record; with ``recover`` the
+    finished ones are cleared first); None without Citus. Background recovery (every 60 s)
+    may clear rows meanwhile, so a difference is a lower bound."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'").fetchone() is None:
+            return None
+        if recover:
+            conn.execute("SELECT recover_prepared_transactions()")
+        return int(conn.execute("SELECT count(*) FROM pg_dist_transaction").fetchone()[0])
+
+
+def _measure(settings: Any, n: int, repeat: int, writes: int) -> dict[str, Any]:
     from mnemovault.vault import MemoryVault
 
     mv = MemoryVault.open(settings)
@@ -96,8 +119,13 @@ def _measure(settings: Any, n: int, repeat: int) -> dict[str, Any]:
         out: dict[str, Any] = {
             "recall_ms_p50": round(statistics.median(times), 2),
             "recall_ms_p95": round(times[min(len(times) - 1, int(0.95 * len(times)))], 2),
-            "plan": _plan(mv.rt.db.url, tenant, dim)}
-        out["remember"] = _remember(mv, 8, 5)
+            "plan": _plan(mv.rt.db.url, tenant, dim),
+            "lock_plan": _lock_plan(mv.rt.db.url, tenant)}
+        before = _prepared(mv.rt.db.url, recover=True)
+        out["remember"] = _remember(mv, 8, writes)
+        after = _prepared(mv.rt.db.url)
+        out["remember"]["two_phase_commits"] = (after - before if before is not None
+                                                and after is not None else None)
         return out
     finally:
         mv.close()
@@ -112,7 +140,8 @@ def _remember(mv: Any, tenants: int, each: int) -> dict[str, Any]:
     def write(t: str) -> None:
         try:
             for j in range(each):
-                mv.remember(f"note {j} for the bench", scope="s", principal=mv.principal(t))
+                mv.remember(f"note {j} for the bench: write to w{j}.{t}@example.org",
+                            scope="s", principal=mv.principal(t))
         except Exception as exc:  # reported, not raised: the figure is what is measured
             errors.append(f"{type(exc).__name__}: {exc}")
 
@@ -125,7 +154,8 @@ def _remember(mv: Any, tenants: int, each: int) -> dict[str, Any]:
     secs = time.perf_counter() - t0
     if errors:
         return {"error": errors[0], "failed_writers": len(errors)}
-    return {"per_second": round(tenants * each / secs, 1), "writers": tenants}
+    return {"per_second": round(tenants * each / secs, 1), "writers": tenants,
+            "remembers": tenants * each, "seconds": round(secs, 2)}
 
 
 def main() -> int:
@@ -133,9 +163,10 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--memories", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=50)
+    ap.add_argument("--writes", type=int, default=20, help="remembers per writer (8 writers)")
     args = ap.parse_args()
     if args.quick:
-        args.memories, args.repeat = 500, 10
+        args.memories, args.repeat, args.writes = 500, 10, 3
     url = os.environ.get("MV_CITUS_URL")
     if not url:
         print("bench/citus.py: MV_CITUS_URL is not set (no Citus cluster): skipped",
@@ -159,14 +190,14 @@ def main() -> int:
         os.chmod(d, 0o755)
         progress(f"single PostgreSQL (embedded), {args.memories} memories")
         single = _measure(Settings(data_dir=Path(d) / "single", database_url=None),
-                          args.memories, args.repeat)
+                          args.memories, args.repeat, args.writes)
         from mnemovault.store.embedded import stop
 
         stop(Path(d) / "single")
         progress(f"Citus coordinator, {args.memories} memories")
         try:
             cluster = _measure(Settings(data_dir=Path(d) / "citus", database_url=url),
-                               args.memories, args.repeat)
+                               args.memories, args.repeat, args.writes)
         except Exception as exc:  # a finding to report (e.g. a write path Citus refuses)
             cluster = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
     result = {
@@ -176,7 +207,13 @@ def main() -> int:
                              if "recall_ms_p50" in cluster else None),
         "ratio_recall_p95": (round(cluster["recall_ms_p95"] / single["recall_ms_p95"], 2)
                              if "recall_ms_p95" in cluster else None),
+        "ratio_remember_per_second": (
+            round(cluster["remember"]["per_second"] / single["remember"]["per_second"], 2)
+            if "per_second" in cluster.get("remember", {})
+            and "per_second" in single.get("remember", {}) else None),
         "citus_recall_routed": "Task Count: 1" in cluster.get("plan", ""),
+        "citus_lock_routed": "Task Count: 1" in cluster.get("lock_plan", ""),
+        "writes": args.writes,
         "environment": environment(),
     }
     out = Path(__file__).resolve().parent / "results" / "citus.json"

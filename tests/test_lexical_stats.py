@@ -183,5 +183,4 @@ def test_without_statistics_the_query_recounts(vault: MemoryVault, tenant: str) 
         before = text_candidates(conn, "violin budget", where, params, 10)
         conn.execute("DELETE FROM lexical_scope_stats WHERE scope = 'nostats'")
         after = text_candidates(conn, "violin budget", where, params, 10)
-        conn.rollback()
     assert before and [r["id"] for r in after] == [r["id"] for r in before]

@@ -59,6 +59,7 @@ def test_pending_memories_are_hidden_until_approved(vault: MemoryVault, tenant: 
     seen = vault.remember("The lighthouse keeper paints the door blue.", scope="s",
                           subject="kai", principal=owner)
     assert status_of(vault, tenant, seen.id) == "pending_review"
+    assert seen.status == "pending_review"  # the receipt says so
     assert vault.get(seen.id, principal=owner).status == "pending_review"
     assert recalled(vault, tenant, "what colour is the lighthouse door?") == []
     assert vault.wake(scope="s", subject="kai", principal=owner).records == []
@@ -91,7 +92,7 @@ def test_without_the_gate_memories_are_active(vault: MemoryVault, tenant: str,
     gate(False)
     r = vault.remember("The ferry leaves at nine.", scope="s",
                        principal=vault.principal(tenant))
-    assert status_of(vault, tenant, r.id) == "active"
+    assert status_of(vault, tenant, r.id) == "active" and r.status == "active"
     assert recalled(vault, tenant, "when does the ferry leave?") == [r.id]
     assert vault.review.list(principal=vault.principal(tenant)).items == []
 

@@ -165,8 +165,9 @@ class Memory(BaseModel):
 
 
 class Receipt(BaseModel):
-    """What remember returns: the id, the version it superseded, placeholders created (filled
-    once the PII vault lands) and the audit sequence number of the row that recorded it."""
+    """What remember returns: the id, the version it superseded, placeholders created, the
+    audit sequence number of the row that recorded it, and the ``status`` it was stored with
+    (``pending_review`` under the review gate: not recalled until approved)."""
 
     id: uuid.UUID
     scope: str
@@ -174,6 +175,7 @@ class Receipt(BaseModel):
     superseded: uuid.UUID | None = None
     placeholders: list[str] = Field(default_factory=list)
     audit_seq: int
+    status: Literal["active", "pending_review"] = "active"
 
 
 class RecallFilters(BaseModel):

@@ -15,7 +15,6 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from mnemovault.errors import InternalError
 from mnemovault.store import citus, search
 from mnemovault.store.db import TENANT_SETTING
 from mnemovault.vault import MemoryVault
@@ -222,12 +221,6 @@ def test_recall_is_routed_to_one_shard(vault: MemoryVault, tenant: str) -> None:
         assert "Custom Scan (Citus Adaptive)" in plan, plan
 
 
-BLOCKED = ("the write path is not routable on Citus yet: migration 0009's lexical triggers "
-           "and store/pii.py's placeholder lookup take row locks (FOR UPDATE) in queries "
-           "that do not name tenant_id, which Citus refuses as multi-shard")
-
-
-@pytest.mark.xfail(strict=True, raises=InternalError, reason=BLOCKED)
 def test_audit_chain_under_8_concurrent_writers(vault: MemoryVault, tenant: str) -> None:
     vault.ensure_tenant(tenant)
     errors: list[BaseException] = []
@@ -253,29 +246,109 @@ def test_audit_chain_under_8_concurrent_writers(vault: MemoryVault, tenant: str)
         head = conn.execute("SELECT seq FROM audit_heads WHERE tenant_id = %s",
                             (tenant,)).fetchone()
     assert seqs == list(range(1, 25)) and head["seq"] == 24
-    report = vault.audit.verify(principal=vault.principal(tenant)) \
-        if hasattr(vault, "audit") else None
-    assert report is None or getattr(report, "ok", True)
+    report = vault.audit.verify(vault.principal(tenant))
+    assert report.ok and report.rows == 24 and report.last_seq == 24, report
 
 
-@pytest.mark.xfail(strict=True, raises=InternalError, reason=BLOCKED)
-def test_forget_on_a_shard_commits_or_rolls_back_whole(vault: MemoryVault,
-                                                       tenant: str) -> None:
+_FORGET_TABLES = ("memories", "memory_lineage", "graph_nodes", "graph_node_support",
+                  "graph_edges", "graph_edge_support", "pii_values", "pii_deks", "audit_log",
+                  "erasure_ledger")
+
+
+def _shard_state(vault: MemoryVault, tenant: str) -> dict[str, Any]:
+    """The tenant's rows of every table a forget touches, read as the owner (through the
+    coordinator, from the worker that holds the shard)."""
+    with psycopg.connect(vault.db.url) as conn:
+        out: dict[str, Any] = {t: conn.execute(
+            sql.SQL("SELECT count(*) FROM {} WHERE tenant_id = %s").format(sql.Identifier(t)),
+            (tenant,)).fetchone()[0] for t in _FORGET_TABLES}
+        out["live_values"] = conn.execute(
+            "SELECT count(*) FROM pii_values WHERE tenant_id = %s AND ciphertext IS NOT NULL",
+            (tenant,)).fetchone()[0]
+    return out
+
+
+@pytest.mark.parametrize("fail_after", [None, "vault", "ledger"])
+def test_forget_on_a_shard_commits_or_rolls_back_whole(
+        vault: MemoryVault, tenant: str, monkeypatch: pytest.MonkeyPatch,
+        fail_after: str | None) -> None:
+    from mnemovault.governance import forget as forget_mod
+
     who = vault.principal(tenant)
-    r = vault.remember("Ada Lovelace wrote to ada@example.org", scope="s", principal=who,
-                       entities=[{"kind": "person", "value": "Ada Lovelace"}])
-    tables = ("memories", "graph_node_support", "pii_values", "audit_log")
+    e1 = vault.remember("Ada Lovelace wrote to Charles Babbage (ada@example.org)",
+                        scope="s", principal=who,
+                        entities=[{"kind": "person", "value": "Ada Lovelace"},
+                                  {"kind": "person", "value": "Charles Babbage"}]).id
+    fact = vault.remember("Ada and Charles corresponded", scope="s", type="fact",
+                          derived_from=[e1], principal=who).id
+    keep = vault.remember("an unrelated note", scope="s", principal=who).id
+    before = _shard_state(vault, tenant)
+    assert before["memories"] == 3 and before["memory_lineage"] == 1
+    assert before["graph_edges"] >= 1 and before["live_values"] >= 2
+    if fail_after is not None:  # the step does its work on the shard, then the failure
+        orig = getattr(forget_mod, f"_step_{fail_after}")
 
-    def counts() -> dict[str, int]:
-        with psycopg.connect(vault.db.url) as conn:
-            return {t: conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE tenant_id = %s")
-                                    .format(sql.Identifier(t)), (tenant,)).fetchone()[0]
-                    for t in tables}
+        def broken(*args: Any, **kwargs: Any) -> Any:
+            orig(*args, **kwargs)
+            raise RuntimeError(f"injected failure after step {fail_after}")
 
-    before = counts()
-    assert before["memories"] == 1 and before["pii_values"] >= 1
-    vault.delete(r.id, principal=who)
-    after = counts()
-    assert after["memories"] == 0 and after["graph_node_support"] == 0
+        monkeypatch.setattr(forget_mod, f"_step_{fail_after}", broken)
+        with pytest.raises(RuntimeError, match="injected"):
+            vault.forget([e1], principal=who)
+        assert _shard_state(vault, tenant) == before  # nothing of it stayed on the shard
+        monkeypatch.undo()
+    res = vault.forget([e1], principal=who)
+    assert sorted(res.deleted) == sorted([e1, fact]) and res.shredded
+    after = _shard_state(vault, tenant)
+    assert after["memories"] == 1 and after["memory_lineage"] == 0
+    assert after["graph_node_support"] == 0 and after["graph_edges"] == 0
+    assert after["live_values"] == before["live_values"] - len(res.shredded)
     assert after["audit_log"] == before["audit_log"] + 1
+    assert after["erasure_ledger"] == before["erasure_ledger"] + 1
+    assert vault.get(keep, principal=who).content == "an unrelated note"
+    assert vault.audit.verify(who).ok
 
+
+def _prepared(url: str, *, recover: bool = False) -> int:
+    """Two-phase commits the coordinator has on record (``pg_dist_transaction``: a row per
+    worker of a transaction that wrote on more than one node, until recovery clears it);
+    with ``recover``, the finished ones are cleared first (so background recovery cannot
+    lower the count afterwards)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        if recover:
+            conn.execute("SELECT recover_prepared_transactions()")
+        return int(conn.execute("SELECT count(*) FROM pg_dist_transaction").fetchone()[0])
+
+
+def test_governed_writes_of_a_tenant_commit_on_one_node(vault: MemoryVault, tenant: str) -> None:
+    """Remember (vault entries, graph, audit row), pin, forget with its shred, and the
+    audit chain's head: one node each, no two-phase commit. The control writes two tenants
+    of different workers in one transaction and must show up."""
+    who = vault.principal(tenant)
+    vault.ensure_tenant(tenant)
+    before = _prepared(vault.db.url, recover=True)
+    r = vault.remember("Grace Hopper met Alan Turing (grace@example.org)", scope="s",
+                       principal=who, entities=[{"kind": "person", "value": "Grace Hopper"}])
+    vault.remember("a second note", scope="s", principal=who)
+    vault.pin([r.id], principal=who)
+    vault.recall("who did Grace meet", scope="s", principal=who)
+    res = vault.forget([r.id], principal=who)
+    assert res.deleted == [r.id] and res.shredded
+    assert vault.audit.verify(who).ok
+    assert _prepared(vault.db.url) == before, "a governed write of one tenant used 2PC"
+    # control: the check sees a transaction that writes on two workers
+    with psycopg.connect(vault.db.url) as conn:
+        by_group: dict[int, str] = {}
+        for i in range(64):
+            t = f"{tenant}-c{i}"
+            (group,) = conn.execute(
+                "SELECT p.groupid FROM pg_dist_placement p WHERE p.shardid = "
+                "get_shard_id_for_distribution_column('outbox', %s::text)", (t,)).fetchone()
+            by_group.setdefault(group, t)
+            if len(by_group) == 2:
+                break
+        assert len(by_group) == 2
+        for t in by_group.values():
+            conn.execute("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING",
+                         (t,))
+    assert _prepared(vault.db.url) > before

@@ -33,7 +33,7 @@ from mnemovault.audit.checkpoint import (
 )
 from mnemovault.audit.merkle import CompactRange, leaf_hash
 from mnemovault.store import audit as store
-from mnemovault.store.db import note_audit_append
+from mnemovault.store.db import note_audit_append, tenant_of
 
 HASH = 32
 
@@ -154,9 +154,11 @@ def checkpoint_now(conn: psycopg.Connection[Any], tenant: str) -> dict[str, Any]
         now = datetime.now(UTC)
         if _write_checkpoint(conn, tenant, seq, cr.root(), now):
             store.update_head_checkpoint(conn, tenant, size=seq, at=now)
-    return latest_checkpoint(conn)
+    return latest_checkpoint(conn, tenant)
 
 
-def latest_checkpoint(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
-    """The tenant's latest checkpoint row (size, root, note, created_at), or None."""
-    return store.latest_checkpoint(conn)
+def latest_checkpoint(conn: psycopg.Connection[Any],
+                      tenant: str | None = None) -> dict[str, Any] | None:
+    """The tenant's latest checkpoint row (size, root, note, created_at), or None
+    (``tenant`` None: the tenant of the connection's transaction)."""
+    return store.latest_checkpoint(conn, tenant if tenant is not None else tenant_of(conn))

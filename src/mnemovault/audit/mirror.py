@@ -41,7 +41,7 @@ class JsonlMirror:
             with open(path, "ab") as out:
                 while True:
                     with self.db.transaction(tenant) as conn:
-                        rows = store.rows_after(conn, last, BATCH)
+                        rows = store.rows_after(conn, tenant, last, BATCH)
                     if not rows:
                         break
                     out.write(b"".join(export_line(bytes(r["row_bytes"]), bytes(r["prev_hash"]),

@@ -63,7 +63,7 @@ class AuditService:
     def size(self, who: Principal) -> int:
         who.require("audit:read")
         with self.db.transaction(who.tenant) as conn:
-            return store.head_seq(conn)
+            return store.head_seq(conn, who.tenant)
 
     def export(self, who: Principal, start: int | None = None,
                end: int | None = None) -> Iterator[bytes]:
@@ -77,7 +77,7 @@ class AuditService:
         seq = lo - 1
         while True:
             with self.db.transaction(who.tenant) as conn:
-                rows = store.rows_between(conn, seq, hi, EXPORT_BATCH)
+                rows = store.rows_between(conn, who.tenant, seq, hi, EXPORT_BATCH)
             if not rows:
                 return
             yield b"".join(export_line(bytes(r["row_bytes"]), bytes(r["prev_hash"]),
@@ -90,7 +90,7 @@ class AuditService:
         who.require("audit:read")
         with self.db.transaction(who.tenant) as conn:
             row = (log.checkpoint_now(conn, who.tenant) if sign_now
-                   else log.latest_checkpoint(conn))
+                   else log.latest_checkpoint(conn, who.tenant))
         if row is None:
             raise NotFound("checkpoint: this tenant has no signed checkpoint yet")
         return {"size": row["size"], "root": bytes(row["root"]).hex(), "note": row["note"],
@@ -100,7 +100,7 @@ class AuditService:
         if not ids:
             return {}
         with self.db.transaction(who.tenant) as conn:
-            return store.node_hashes(conn, ids)
+            return store.node_hashes(conn, who.tenant, ids)
 
     def _check_size(self, who: Principal, size: int, name: str) -> None:
         current = self.size(who)
@@ -142,7 +142,7 @@ class AuditService:
             seq = 0
             while True:
                 with self.db.transaction(who.tenant) as conn:
-                    batch = store.rows_after(conn, seq, EXPORT_BATCH)
+                    batch = store.rows_after(conn, who.tenant, seq, EXPORT_BATCH)
                 if not batch:
                     return
                 for r in batch:

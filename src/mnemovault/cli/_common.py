@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -159,8 +159,17 @@ def _declined() -> None:
     raise typer.Exit(EXIT_CODES["refused"])
 
 
+def _json_default(value: Any) -> str:
+    """Times as ISO 8601 (``2026-12-01T11:58:49.096178+00:00``, as the HTTP API writes
+    them), anything else (ids, paths) as its string."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return str(value)
+
+
 def _emit_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, default=str, ensure_ascii=False, indent=2) + "\n")
+    sys.stdout.write(json.dumps(obj, default=_json_default, ensure_ascii=False, indent=2)
+                     + "\n")
 
 
 def _print_hits(hits: list[Any]) -> None:

@@ -55,7 +55,8 @@ def mcp(
         help="With --local: owner, admin, member or service.")] = "member",
 ) -> None:
     """Run the MCP server over stdio (tools: remember, recall, forget, pin, unpin,
-    erase_value, timeline, wake). The caller is the API key in MNEMOVAULT_API_KEY."""
+    erase_value, timeline, wake, procedure_capture, procedure_recall, procedure_run,
+    procedure_feedback). The caller is the API key in MNEMOVAULT_API_KEY."""
     from mnemovault.auth import ROLES, Role
     from mnemovault.embed import preload
     from mnemovault.mcp.server import build_server

@@ -55,6 +55,9 @@ def remember(
     else:
         extra = f", supersedes {r.superseded}" if r.superseded else ""
         out.print(f"remembered [bold]{r.id}[/] (version {r.version}{extra})")
+        if r.status == "pending_review":
+            out.print("held for review (REQUIRE_REVIEW): not recalled until approved with "
+                      f"`mnemovault review approve {r.id}`", markup=False, highlight=False)
         if r.placeholders:
             out.print("new vault entries: " + " ".join(r.placeholders), highlight=False)
 

@@ -204,10 +204,12 @@ def reapply_erasures(
     as_json: JsonOption = False,
 ) -> None:
     """After a backup restore: remove again whatever the ledger says was erased and exists
-    again (through the forget path, audited as REAPPLY). Safe to repeat."""
+    again (through the forget path, audited as REAPPLY), and name the purged tenants the
+    restore brought back (`mnemovault tenant purge` purges them again). Safe to repeat."""
     from rich.progress import Progress
 
     from mnemovault.subjects import ledger as ledger_mod
+    from mnemovault.tenants import lifecycle
 
     results: list[dict[str, Any]] = []
     try:
@@ -220,12 +222,17 @@ def reapply_erasures(
                     res = ledger_mod.reapply(vault.rt, vault.principal(t), entries)
                     results.append(res.model_dump(mode="json"))
                     progress.advance(task)
+            restored = lifecycle.restored_purges(vault.rt)
     except MnemoError as exc:
         _fail(exc)
         return
     if as_json:
-        _emit_json({"tenants": results})
+        _emit_json({"tenants": results, "restored_purged_tenants": restored})
         return
+    for p in restored:
+        err.print(f"tenant {p['tenant']} was purged at {p['purged_at']:%Y-%m-%dT%H:%M:%SZ} and "
+                  "is back (a backup restore): `mnemovault tenant purge` purges it again",
+                  highlight=False, markup=False)
     if not results:
         out.print("the ledger is empty: nothing to reapply", highlight=False)
     for r in results:

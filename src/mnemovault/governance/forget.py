@@ -13,6 +13,12 @@ any of them:
    versions link by ``parent_id`` and share scope and key), and, transitively, every memory
    derived from any of them through ``memory_lineage`` (a fact carries information from
    each of its sources) with their versions too. All of them are locked ``FOR UPDATE``.
+   For an erase by subject a version link is followed only to a row of the same subject:
+   ``key`` is unique per scope, so another subject's later write of the same key became a
+   version (``parent_id``) of the subject's row, and it is not the subject's data. That
+   row stays, its ``parent_id`` naming a deleted row: acceptable, as nothing needs the
+   parent to exist (no foreign key; a review reject of that row marks it rejected and
+   finds no parent to restore).
 2. ``collect``: the graph nodes and edges those memories support.
 3. ``lineage``: their lineage rows.
 4. ``graph_support``: their node and edge support rows.
@@ -70,6 +76,7 @@ from mnemovault.procedures import subjects as procedure_subjects
 from mnemovault.store import ledger as ledger_store
 from mnemovault.store import memories as memory_store
 from mnemovault.store import subjects as subject_store
+from mnemovault.store.db import tenant_of
 
 STEPS = ("resolve", "collect", "lineage", "graph_support", "contribute", "memories",
          "graph_orphans", "vault", "audit", "ledger")
@@ -201,14 +208,15 @@ def ids_root(ids: Sequence[uuid.UUID]) -> str:
 def _closure(conn: Conn, res: Resolved, lock: bool) -> Resolved:
     named = res.named
     locked: set[uuid.UUID] = set(named)
+    tenant = tenant_of(conn)
     while True:
-        versions = memory_store.versions_closure(conn, set(named))
-        everything = memory_store.versions_and_derived_closure(conn, versions)
+        versions = memory_store.versions_closure(conn, tenant, set(named))
+        everything = memory_store.versions_and_derived_closure(conn, tenant, versions)
         res.versions = sorted(versions - set(named))
         res.derived = sorted(everything - versions)
         if not lock or everything <= locked:
             return res
-        memory_store.lock(conn, sorted(everything - locked))
+        memory_store.lock(conn, tenant, sorted(everything - locked))
         locked |= everything
 
 
@@ -220,7 +228,8 @@ def resolve(conn: Conn, ids: Sequence[uuid.UUID], *,
     ``lock`` every one is locked ``FOR UPDATE``, repeating the walk until nothing new turns
     up (a derivation committed meanwhile is found)."""
     wanted = list(dict.fromkeys(ids))
-    found = memory_store.existing(conn, wanted, scope=scope, subject=subject, lock=lock)
+    found = memory_store.existing(conn, tenant_of(conn), wanted, scope=scope, subject=subject,
+                                  lock=lock)
     named = [i for i in wanted if i in found]
     res = Resolved(named=named, not_found=[i for i in wanted if i not in found])
     if not named:
@@ -234,7 +243,8 @@ def resolve_target(conn: Conn, target: Target, *, lock: bool = False) -> Resolve
     what was derived from them. ``named`` are the target's own, in id order; ``versions``
     and ``derived`` those outside it (:func:`extras`). With ``lock`` all are locked ``FOR
     UPDATE`` (the target's own first)."""
-    named = subject_store.target_ids(conn, target.scope, target.subject, lock=lock)
+    named = subject_store.target_ids(conn, tenant_of(conn), target.scope, target.subject,
+                                     lock=lock)
     res = Resolved(named=named, not_found=[])
     if named:
         res.versions, res.derived = extras(conn, target, lock=lock)
@@ -249,18 +259,25 @@ def extras(conn: Conn, target: Target, *,
     ids around: every path out of the target starts with a link the server finds in one
     statement (:func:`mnemovault.store.subjects.neighbours`), and the walk goes on from
     there (a target memory it meets again adds nothing new). With ``lock`` the extras are
-    locked ``FOR UPDATE``, repeating the walk until nothing new turns up."""
-    v0, d0 = subject_store.neighbours(conn, target.scope, target.subject)
+    locked ``FOR UPDATE``, repeating the walk until nothing new turns up. An erase by
+    subject follows version links only between rows of one subject (never into another
+    subject's later version of the same ``key``); a forget by ids takes every version."""
+    v0, d0 = subject_store.neighbours(conn, tenant_of(conn), target.scope, target.subject)
     locked: set[uuid.UUID] = set()
+    tenant = tenant_of(conn)
+    same = target.subject is not None
     while v0 or d0:
-        versions = memory_store.versions_closure(conn, v0) if v0 else set()
-        everything = memory_store.versions_and_derived_closure(conn, versions | d0)
-        own = subject_store.in_target(conn, sorted(everything), target.scope, target.subject)
+        versions = (memory_store.versions_closure(conn, tenant, v0, same_subject=same)
+                    if v0 else set())
+        everything = memory_store.versions_and_derived_closure(conn, tenant, versions | d0,
+                                                               same_subject=same)
+        own = subject_store.in_target(conn, tenant, sorted(everything), target.scope,
+                                      target.subject)
         versions -= own
         everything -= own
         if not lock or everything <= locked:
             return sorted(versions), sorted(everything - versions)
-        memory_store.lock(conn, sorted(everything - locked))
+        memory_store.lock(conn, tenant, sorted(everything - locked))
         locked |= everything
     return [], []
 
@@ -297,7 +314,7 @@ def preview(conn: Conn, ids: Sequence[uuid.UUID], *,
     res = resolve(conn, ids, scope=scope, subject=subject)
     if not res.named:
         return [], res.not_found
-    rows = memory_store.preview_rows(conn, res.all)
+    rows = memory_store.preview_rows(conn, tenant_of(conn), res.all)
     reasons = res.reasons()
     return [{**r, "reason": reasons[r["id"]]} for r in rows], res.not_found
 
@@ -414,7 +431,7 @@ def _step_contribute(conn: Conn, run: _Run) -> None:
 
 def _step_memories(conn: Conn, run: _Run) -> None:
     assert run.resolved is not None
-    memory_store.delete(conn, run.resolved.all)
+    memory_store.delete(conn, run.tenant, run.resolved.all)
 
 
 def _step_graph_orphans(conn: Conn, run: _Run) -> None:

@@ -29,6 +29,7 @@ import psycopg
 from mnemovault.errors import Conflict
 from mnemovault.pii.vault import PLACEHOLDER_RE, normalise
 from mnemovault.store import graph as store
+from mnemovault.store.db import tenant_of
 
 MAX_EDGE_NODES = 32
 """Edges join the first 32 distinct entities of a memory (all pairs among them: at most 496
@@ -93,7 +94,7 @@ def _lock_or_create(conn: psycopg.Connection[Any], tenant: str, nodes: dict[str,
     """
     missing = sorted(nodes)  # one lock order for every writer
     for _ in range(5):
-        locked = store.lock_nodes_key_share(conn, missing)
+        locked = store.lock_nodes_key_share(conn, tenant, missing)
         missing = [n for n in missing if n not in locked]
         if not missing:
             return
@@ -107,12 +108,14 @@ def _lock_or_create(conn: psycopg.Connection[Any], tenant: str, nodes: dict[str,
 def supported_by(conn: psycopg.Connection[Any],
                  ids: Sequence[uuid.UUID]) -> tuple[list[str], list[tuple[str, str]]]:
     """The nodes and edges that any of ``ids`` supports (sorted)."""
-    return store.nodes_supported_by(conn, ids), store.edges_supported_by(conn, ids)
+    tenant = tenant_of(conn)
+    return (store.nodes_supported_by(conn, tenant, ids),
+            store.edges_supported_by(conn, tenant, ids))
 
 
 def delete_support(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]) -> int:
     """Remove the support rows of ``ids``; returns how many were removed."""
-    return store.delete_support(conn, ids)
+    return store.delete_support(conn, tenant_of(conn), ids)
 
 
 def delete_orphans(conn: psycopg.Connection[Any], nodes: Sequence[str],
@@ -121,17 +124,18 @@ def delete_orphans(conn: psycopg.Connection[Any], nodes: Sequence[str],
     first), after locking ``nodes`` ``FOR UPDATE`` (``nodes`` must hold both endpoints of
     every edge in ``edges``, as :func:`supported_by` gives them). Returns (node ids
     removed, sorted; number of edges removed)."""
+    tenant = tenant_of(conn)
     if nodes:
-        store.lock_nodes_for_update(conn, nodes)
+        store.lock_nodes_for_update(conn, tenant, nodes)
     removed_edges = 0
     if edges:
-        removed_edges = store.delete_unsupported_edges(conn, edges)
+        removed_edges = store.delete_unsupported_edges(conn, tenant, edges)
     if not nodes:
         return [], removed_edges
-    return sorted(store.delete_unsupported_nodes(conn, nodes)), removed_edges
+    return sorted(store.delete_unsupported_nodes(conn, tenant, nodes)), removed_edges
 
 
 def neighbours(conn: psycopg.Connection[Any], node_id: str) -> list[dict[str, Any]]:
     """The entities co-mentioned with ``node_id``: node id and number of supporting
     memories, most supported first."""
-    return store.neighbours(conn, node_id)
+    return store.neighbours(conn, tenant_of(conn), node_id)

@@ -16,6 +16,7 @@ import psycopg
 
 from mnemovault.errors import ValidationError
 from mnemovault.store import graph as store
+from mnemovault.store.db import tenant_of
 
 
 def check_sources(conn: psycopg.Connection[Any],
@@ -31,7 +32,7 @@ def check_sources(conn: psycopg.Connection[Any],
     wanted = sorted({s for _, ids in items for s in ids})
     if not wanted:
         return
-    scope_of = store.lock_memory_scopes(conn, wanted)
+    scope_of = store.lock_memory_scopes(conn, tenant_of(conn), wanted)
     for i, (scope, ids) in enumerate(items):
         for j, source in enumerate(ids):
             if scope_of.get(source) != scope:
@@ -50,9 +51,9 @@ def record(conn: psycopg.Connection[Any], tenant: str,
 
 def sources(conn: psycopg.Connection[Any], memory_id: uuid.UUID) -> list[uuid.UUID]:
     """The memories ``memory_id`` was derived from, by id."""
-    return store.lineage_sources(conn, memory_id)
+    return store.lineage_sources(conn, tenant_of(conn), memory_id)
 
 
 def delete(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]) -> int:
     """Remove the lineage rows of the derived memories ``ids`` (before they are deleted)."""
-    return store.delete_lineage(conn, ids)
+    return store.delete_lineage(conn, tenant_of(conn), ids)

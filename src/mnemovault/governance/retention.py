@@ -31,6 +31,7 @@ import psycopg
 
 from mnemovault.config import Settings
 from mnemovault.store import memories as memory_store
+from mnemovault.store.db import tenant_of
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def _params(policy: Policy, now: datetime) -> dict[str, Any]:
 def scores(conn: psycopg.Connection[Any], ids: list[uuid.UUID], policy: Policy,
            now: datetime) -> dict[uuid.UUID, float]:
     """The score of each of ``ids`` as the job computes it (``inf`` when pinned)."""
-    rows = memory_store.retention_scores(conn, ids, _params(policy, now))
+    rows = memory_store.retention_scores(conn, tenant_of(conn), ids, _params(policy, now))
     return {r["id"]: math.inf if r["pinned"] else float(r["score"]) for r in rows}
 
 
@@ -83,14 +84,15 @@ def archive(conn: psycopg.Connection[Any], policy: Policy, now: datetime, *,
     """Archive (or with ``dry_run`` only list) the active, unpinned, unarchived memories of
     the transaction's tenant idle ``min_idle_days`` or more that score below
     ``archive_below``. Returns their ids, sorted."""
-    return memory_store.archive_below(conn, _params(policy, now), dry_run=dry_run)
+    return memory_store.archive_below(conn, tenant_of(conn), _params(policy, now),
+                                      dry_run=dry_run)
 
 
 def unused(conn: psycopg.Connection[Any], policy: Policy, now: datetime) -> list[uuid.UUID]:
     """Unpinned memories idle ``delete_unused_days`` or more (none if that is unset)."""
     if policy.delete_unused_days is None:
         return []
-    return memory_store.idle_unpinned(conn, now, policy.delete_unused_days)
+    return memory_store.idle_unpinned(conn, tenant_of(conn), now, policy.delete_unused_days)
 
 
 class Scheduler:

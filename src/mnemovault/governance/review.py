@@ -86,8 +86,8 @@ def queue(rt: Runtime, who: Principal, *, scope: str | None = None, limit: int =
     after = parse_id(cursor, "cursor") if cursor is not None else None
     with rt.db.transaction(who.tenant) as conn:
         tr = pii.Translator(rt, conn, who.tenant)
-        rows = store.pending(conn, scope=tr(scope), subject=tr(who.subject), cursor=after,
-                             limit=limit + 1)
+        rows = store.pending(conn, who.tenant, scope=tr(scope), subject=tr(who.subject),
+                             cursor=after, limit=limit + 1)
         items = pii.render(rt, conn, who, [Memory.from_row(r) for r in rows[:limit]],
                            reveal=False)
     return Page(items=items, next_cursor=items[-1].id if len(rows) > limit else None)
@@ -104,7 +104,7 @@ def _comment(rt: Runtime, who: Principal, comment: str | None,
 
 
 def _pending_row(rt: Runtime, conn: Any, who: Principal, mid: uuid.UUID) -> dict[str, Any]:
-    row = store.lock(conn, mid)
+    row = store.lock(conn, who.tenant, mid)
     if row is None or not pii.within_limits(rt, conn, who, row):
         raise NotFound("id: no memory with this id", field="id")
     if row["status"] != "pending_review":
@@ -140,7 +140,7 @@ def approve(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, *,
     with rt.db.transaction(who.tenant) as conn:
         row = _pending_row(rt, conn, who, mid)
         note = pii.Translator(rt, conn, who.tenant)(text)
-        store.approve(conn, mid)
+        store.approve(conn, who.tenant, mid)
         superseded: list[uuid.UUID] = []
         if row["type"] == "procedure":
             from mnemovault.procedures import service as procedures
@@ -183,9 +183,9 @@ def reject(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, *,
                 pii=rt.pii if rt.settings.pii_pseudonymize else None)
             deleted, status = list(out.deleted), "deleted"
         else:
-            store.mark_rejected(conn, mid)
+            store.mark_rejected(conn, who.tenant, mid)
             status = "superseded"
-            if store.restore_parent(conn, row["parent_id"]):
+            if store.restore_parent(conn, who.tenant, row["parent_id"]):
                 restored = row["parent_id"]
         seq = _audit(conn, who, "REVIEW_REJECT", mid, request_id, note,
                      decision="rejected", type=row["type"], outcome=status,

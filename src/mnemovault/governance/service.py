@@ -64,8 +64,8 @@ def query_matches(rt: Runtime, who: Principal, query: str, scope: str,
         tr = pii.Translator(rt, conn, who.tenant)
         detected, typed = pii.query_placeholders(rt, conn, who.tenant, query, tr)
         if detected or typed:
-            out += memory_store.using_nodes(conn, [*detected, *typed], tr(scope) or scope,
-                                            tr(who.subject))
+            out += memory_store.using_nodes(conn, who.tenant, [*detected, *typed],
+                                            tr(scope) or scope, tr(who.subject))
     return list(dict.fromkeys(out))
 
 
@@ -220,7 +220,8 @@ def set_pinned(rt: Runtime, who: Principal, ids: Ids, pinned: bool, *,
         raise ValidationError("ids: at least one id is required", field="ids")
     with rt.db.transaction(who.tenant) as conn:
         tr = pii.Translator(rt, conn, who.tenant)
-        changed = memory_store.set_pinned(conn, parsed, pinned, tr(scope), tr(who.subject))
+        changed = memory_store.set_pinned(conn, who.tenant, parsed, pinned, tr(scope),
+                                           tr(who.subject))
         seq = None
         if changed:
             seq = audit.append(conn, tenant=who.tenant, operation="PIN" if pinned else "UNPIN",

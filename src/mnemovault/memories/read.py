@@ -31,7 +31,7 @@ def get(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, *, reveal: bool
     if reveal:
         who.require("pii:reveal")
     with rt.db.transaction(who.tenant) as conn:
-        row = store.by_id(conn, mid)
+        row = store.by_id(conn, who.tenant, mid)
         if row is None or not pii.within_limits(rt, conn, who, row):
             raise NotFound("id: no memory with this id", field="id")
         return pii.render(rt, conn, who, [Memory.from_row(row)], reveal=reveal,
@@ -62,7 +62,7 @@ def page(rt: Runtime, who: Principal, *, scope: str | None = None,
     after = parse_id(cursor, "cursor") if cursor is not None else None
     with rt.db.transaction(who.tenant) as conn:
         tr = pii.Translator(rt, conn, who.tenant)
-        rows = store.page(conn, scope=tr(scope), subject=tr(subject),
+        rows = store.page(conn, who.tenant, scope=tr(scope), subject=tr(subject),
                           include_superseded=include_superseded, cursor=after,
                           limit=limit + 1, flagged_by=FLAG_KEY if flagged else None)
         items = pii.render(rt, conn, who, [Memory.from_row(r) for r in rows[:limit]],

@@ -255,7 +255,7 @@ def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: 
         mid = uuid7()
         parent, version = None, 1
         if p.item.key is not None:
-            old = store_memories.supersede(conn, p.item.scope, p.item.key, now)
+            old = store_memories.supersede(conn, who.tenant, p.item.scope, p.item.key, now)
             if old is not None:
                 parent, version = old[0], old[1] + 1
         row = (who.tenant, mid, p.item.scope, p.item.subject, p.item.type, p.content,
@@ -270,7 +270,7 @@ def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: 
     store_memories.insert(conn, rows)
     held = capture.initial_status(rt) == "pending_review"  # the review gate (REQUIRE_REVIEW)
     if held:
-        store_review.hold(conn, [r.id for r in receipts])
+        store_review.hold(conn, who.tenant, [r.id for r in receipts])
     _index(rt, conn, who.tenant, prepared, receipts)
     seq = audit.append(
         conn, tenant=who.tenant, operation="REMEMBER", actor=who.actor, agent=who.agent,
@@ -282,6 +282,8 @@ def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: 
     )
     for r in receipts:
         r.audit_seq = seq
+        if held:
+            r.status = "pending_review"
     return receipts
 
 

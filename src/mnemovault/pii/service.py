@@ -110,7 +110,7 @@ def query_placeholders(rt: Runtime, conn: Conn, tenant: str, query: str,
     wanted = sorted({*detected, *typed})
     if not wanted:
         return [], []
-    live = store.live_among(conn, wanted)
+    live = store.live_among(conn, tenant, wanted)
     return (sorted(live & set(detected)), sorted(live & set(typed)))
 
 
@@ -167,7 +167,8 @@ def _entry_within(rt: Runtime, conn: Conn, who: Principal, placeholder: str) -> 
     if not who.limited:
         return True
     scope, subject = stored_limits(rt, conn, who)
-    return bool(store.used_within(conn, [placeholder], scope=scope, subject=subject))
+    return bool(store.used_within(conn, who.tenant, [placeholder], scope=scope,
+                                  subject=subject))
 
 
 def entries(rt: Runtime, who: Principal, *, limit: int = 50,
@@ -181,7 +182,7 @@ def entries(rt: Runtime, who: Principal, *, limit: int = 50,
     after = checked.optional_name(cursor, "cursor", max_len=MAX_PLACEHOLDER_CHARS) or ""
     with rt.db.transaction(who.tenant) as conn:
         scope, subject = stored_limits(rt, conn, who)
-        return store.entries(conn, after=after, limit=limit, limited=who.limited,
+        return store.entries(conn, who.tenant, after=after, limit=limit, limited=who.limited,
                              scope=scope, subject=subject)
 
 
@@ -197,7 +198,7 @@ def entry(rt: Runtime, who: Principal, placeholder: str, *, reveal: bool = False
     if reveal:
         who.require("pii:reveal")
     with rt.db.transaction(who.tenant) as conn:
-        row = store.entry(conn, placeholder)
+        row = store.entry(conn, who.tenant, placeholder)
         if row is None or not _entry_within(rt, conn, who, placeholder):
             raise NotFound("placeholder: no such vault entry", field="placeholder")
         if reveal:
@@ -224,11 +225,11 @@ def shred(rt: Runtime, who: Principal, placeholders: Sequence[str], *,
     with rt.db.transaction(who.tenant) as conn:
         if who.limited:
             scope, subject = stored_limits(rt, conn, who)
-            inside = store.used_within(conn, wanted, scope=scope, subject=subject)
+            inside = store.used_within(conn, who.tenant, wanted, scope=scope, subject=subject)
             if inside != set(wanted):
                 raise NotFound("placeholders: no such vault entry within this key's limits",
                                field="placeholders")
-            if store.used_outside(conn, wanted, scope=scope, subject=subject):
+            if store.used_outside(conn, who.tenant, wanted, scope=scope, subject=subject):
                 raise Forbidden("placeholders: a value is also used outside this key's "
                                 "limits; shredding it needs an unlimited key",
                                 permission="unlimited", field="placeholders")
@@ -250,7 +251,7 @@ def export(rt: Runtime, who: Principal, *,
     who.require("admin:export")
     who.require("pii:reveal")
     with rt.db.transaction(who.tenant) as conn:
-        rows = store.live_entries(conn)
+        rows = store.live_entries(conn, who.tenant)
         values = rt.pii.reveal_values(conn, who.tenant, [r["placeholder"] for r in rows])
         audit.append(conn, tenant=who.tenant, operation="VAULT_EXPORT", actor=who.actor,
                      agent=who.agent, request_id=request_id, details={"count": len(rows)})

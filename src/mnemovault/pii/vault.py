@@ -51,6 +51,7 @@ from mnemovault.pii.crypto import (
 )
 from mnemovault.pii.detect import KnownEntityIndex, fingerprint, normalise
 from mnemovault.store import pii as store
+from mnemovault.store.db import tenant_of
 
 PLACEHOLDER_RE = re.compile(r"\{([a-z][a-z_]{0,31}):p_([0-9a-f]{10})\}")
 ERASED = "[erased]"
@@ -127,7 +128,8 @@ class PiiVault:
                value: str, *, identity: str | None = None) -> str | None:
         """The live placeholder of ``value`` (of its ``identity`` if given), if the vault
         holds it (no write)."""
-        row = store.placeholder_by_fingerprint(conn, keys.fingerprint(value, identity=identity))
+        row = store.placeholder_by_fingerprint(conn, tenant_of(conn),
+                                               keys.fingerprint(value, identity=identity))
         return row["placeholder"] if row else None
 
     def get_or_create(self, conn: psycopg.Connection[Any], tenant: str, keys: TenantKeys,
@@ -145,7 +147,7 @@ class PiiVault:
         for counter in range(1000):
             # FOR SHARE: a concurrent shred of this value waits for this write (and then
             # erases it too) instead of slipping in between the lookup and the commit
-            row = store.placeholder_by_fingerprint(conn, fp, lock=True)
+            row = store.placeholder_by_fingerprint(conn, tenant, fp, lock=True)
             if row is not None:
                 return NewEntry(row["placeholder"], row["kind"], False)
             placeholder = keys.candidate(kind, value, counter, identity=identity)
@@ -169,7 +171,7 @@ class PiiVault:
         """The tenant's known-entity index, rebuilt from stored fingerprints (nothing is
         decrypted)."""
         index = KnownEntityIndex(keys.fingerprint_key)
-        for r in store.fingerprints(conn):
+        for r in store.fingerprints(conn, tenant_of(conn)):
             index.add_fingerprint(r["kind"], bytes(r["fingerprint"]), r["ntokens"] or 1,
                                   bytes(r["head"]) if r["head"] is not None else None)
         return index
@@ -182,7 +184,7 @@ class PiiVault:
         wanted = sorted(set(placeholders))
         if not wanted:
             return {}
-        rows = store.sealed_values(conn, wanted)
+        rows = store.sealed_values(conn, tenant, wanted)
         out: dict[str, str] = {}
         for r in rows:
             ph = r["placeholder"]
@@ -202,7 +204,7 @@ class PiiVault:
         wanted = sorted(set(placeholders))
         if not wanted:
             return set()
-        return store.shredded_among(conn, wanted)
+        return store.shredded_among(conn, tenant_of(conn), wanted)
 
     def shred(self, conn: psycopg.Connection[Any], placeholders: Iterable[str]) -> list[str]:
         """Crypto-shred: destroy each value's DEK and ciphertext (and its fingerprint),
@@ -210,7 +212,7 @@ class PiiVault:
         wanted = sorted(set(placeholders))
         if not wanted:
             return []
-        return store.shred(conn, wanted)
+        return store.shred(conn, tenant_of(conn), wanted)
 
 
 def render(text: str, values: dict[str, str], erased: set[str] | None = None) -> str:

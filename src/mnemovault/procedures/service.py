@@ -17,7 +17,13 @@ Each operation is one transaction with its audit row: ``PROCEDURE_CAPTURE``,
 the ``FORGET`` row of a prune that deletes). Every capture (procedure, version, run)
 passes the capture guard first (:func:`mnemovault.guard.capture.check_capture`, paths
 ``procedure`` and ``run``) and takes the review gate's initial status
-(:func:`mnemovault.guard.capture.initial_status`).
+(:func:`mnemovault.guard.capture.initial_status`). The guard scans every string that is
+stored, as the memory write path does: the question (embedded), name, intent, scope and
+subject, every string of the steps graph (node ids, tools, argument names, labels, edge
+ends and conditions) and every provenance string (source, agent, run_id, source_id,
+tags and extra keys' string values); for a run, its evaluator name, subject and every
+provenance string. (Procedure versions keep the parent's scope and subject, which were
+scanned when it was captured.)
 
 Verdicts and counters
     A run carries the agent's verdict, an evaluator's (name, verdict, score) and, after
@@ -61,6 +67,7 @@ from mnemovault.governance import forget as forget_mod
 from mnemovault.governance import graph
 from mnemovault.guard import capture as capture_guard
 from mnemovault.ids import uuid7
+from mnemovault.models import Provenance
 from mnemovault.pii import service as pii
 from mnemovault.pii.pseudonymise import Pseudonymiser
 from mnemovault.procedures import ranking
@@ -85,6 +92,7 @@ from mnemovault.runtime import Runtime
 from mnemovault.store import memories as memory_store
 from mnemovault.store import procedures as store
 from mnemovault.store import tenants as store_tenants
+from mnemovault.store.db import tenant_of
 from mnemovault.validation import parse_id, validation_error_from_pydantic
 
 Conn = psycopg.Connection[Any]
@@ -153,16 +161,30 @@ def _guard(rt: Runtime, who: Principal, path: str, request_id: str | None,
 
 
 def _capture_fields(question: str | None, name: str | None, intent: str | None, s: Steps,
-                    tags: Sequence[str]) -> dict[str, str | None]:
-    fields: dict[str, str | None] = {"text": question, "name": name, "intent": intent}
-    for i, n in enumerate(s.nodes):
-        fields[f"steps.nodes.{i}.name"] = n.name
-        fields[f"steps.nodes.{i}.tool"] = n.tool
-    for i, e in enumerate(s.edges):
-        fields[f"steps.edges.{i}.condition"] = e.condition
-    for i, t in enumerate(tags):
-        fields[f"provenance.tags.{i}"] = t
-    return fields
+                    prov: Provenance, **names: str | None) -> dict[str, str | None]:
+    """The guarded fields of a procedure capture (module docstring): ``names`` adds the
+    scope and subject of a new procedure."""
+    return {"text": question, "name": name, "intent": intent, **names,
+            **_strings("steps", s.model_dump(exclude_none=True)),
+            **_provenance_fields(prov)}
+
+
+def _provenance_fields(prov: Provenance) -> dict[str, str | None]:
+    """Every string of a provenance (extra keys included), by dotted path."""
+    return _strings("provenance", prov.model_dump(exclude_none=True))
+
+
+def _strings(path: str, value: Any) -> dict[str, str | None]:
+    """Every string inside ``value`` (dicts and lists, recursively) by dotted path."""
+    if isinstance(value, str):
+        return {path: value}
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items()
+                for k, v in _strings(f"{path}.{key}", item).items()}
+    if isinstance(value, list):
+        return {k: v for i, item in enumerate(value)
+                for k, v in _strings(f"{path}.{i}", item).items()}
+    return {}
 
 
 def _content(name: str, intent: str) -> str:
@@ -207,7 +229,8 @@ def capture(rt: Runtime, who: Principal, item: ProcedureInput | dict[str, Any], 
     name = p.name or steps_mod.default_name(p.steps)
     intent = _intent(rt, p.question, p.steps, p.intent)
     _guard(rt, who, "procedure", request_id,
-           _capture_fields(p.question, name, intent, p.steps, p.provenance.tags))
+           _capture_fields(p.question, name, intent, p.steps, p.provenance,
+                           scope=p.scope, subject=subject))
     status = capture_guard.initial_status(rt)
     now = datetime.now(UTC)
     mid = uuid7()
@@ -255,12 +278,12 @@ def new_version(rt: Runtime, who: Principal, parent_id: uuid.UUID | str,
     steps_mod.check(v.steps)
     name = v.name or steps_mod.default_name(v.steps)
     _guard(rt, who, "procedure", request_id,
-           _capture_fields(v.question, name, v.intent, v.steps, v.provenance.tags))
+           _capture_fields(v.question, name, v.intent, v.steps, v.provenance))
     status = capture_guard.initial_status(rt)
     now = datetime.now(UTC)
     mid = uuid7()
     with rt.db.transaction(who.tenant) as conn:
-        parent = store.lock(conn, pid)
+        parent = store.lock(conn, who.tenant, pid)
         if parent is None or not pii.within_limits(rt, conn, who, parent):
             raise NotFound("id: no procedure with this id", field="id")
         if parent["status"] == "superseded":
@@ -278,7 +301,7 @@ def new_version(rt: Runtime, who: Principal, parent_id: uuid.UUID | str,
         content = _content(s_name, s_intent)
         superseded = None
         if status == "active":
-            superseded = pid if store.supersede(conn, pid, now) else None
+            superseded = pid if store.supersede(conn, who.tenant, pid, now) else None
         store.insert(conn, tenant=who.tenant, memory_id=mid, scope=parent["scope"],
                      subject=parent["subject_id"], content=content, embedding=vec,
                      status=status, provenance=prov, parent_id=pid,
@@ -305,14 +328,16 @@ def settle_versions(conn: Conn, ids: Sequence[uuid.UUID],
                     now: datetime | None = None) -> list[uuid.UUID]:
     """For the review gate's approve, in its transaction: the parents of the now active
     procedure versions among ``ids`` become superseded. Returns those parents."""
-    return store.supersede_parents_of_active(conn, ids, now or datetime.now(UTC))
+    return store.supersede_parents_of_active(conn, tenant_of(conn), ids,
+                                             now or datetime.now(UTC))
 
 
 # -- read ------------------------------------------------------------------------------
 def get(rt: Runtime, who: Principal, procedure_id: uuid.UUID | str, *,
         runs: int = 0) -> Procedure:
     """One procedure, whatever its status, with its newest ``runs`` runs (0..100). Needs
-    ``memory:read``.
+    ``memory:read``. A subject-limited key gets only its subject's runs (runs are their
+    subject's data: feedback on another subject's run is NotFound to it too).
 
     Raises:
         NotFound: no such procedure visible to the caller.
@@ -323,12 +348,14 @@ def get(rt: Runtime, who: Principal, procedure_id: uuid.UUID | str, *,
         raise ValidationError("runs: must be an integer in 0..100", field="runs")
     w = ranking.Weights.from_settings(rt.settings)
     with rt.db.transaction(who.tenant) as conn:
-        row = store.get(conn, pid)
+        row = store.get(conn, who.tenant, pid)
         if row is None or not pii.within_limits(rt, conn, who, row):
             raise NotFound("id: no procedure with this id", field="id")
         proc = render_procedures(rt, conn, [row], w)[0]
-        if runs:
-            proc.recent_runs = render_runs(rt, conn, store.recent_runs(conn, pid, runs))
+        if runs:  # a subject-limited key sees only its subject's runs (as ``feedback``)
+            limit_subject = pii.stored_limits(rt, conn, who)[1] if who.limited else None
+            proc.recent_runs = render_runs(rt, conn, store.recent_runs(
+                conn, who.tenant, pid, runs, subject=limit_subject))
     return proc
 
 
@@ -412,12 +439,10 @@ def record_run(rt: Runtime, who: Principal, procedure_id: uuid.UUID | str,
     run: RunInput = parse(RunInput, item)
     who.check_subject(run.subject)
     subject = run.subject if run.subject is not None else who.subject
-    _guard(rt, who, "run", request_id, {
-        "evaluator": run.evaluator, "subject": subject, "provenance.source": run.provenance.source,
-        "provenance.agent": run.provenance.agent,
-        **{f"provenance.tags.{i}": t for i, t in enumerate(run.provenance.tags)}})
+    _guard(rt, who, "run", request_id, {"evaluator": run.evaluator, "subject": subject,
+                                        **_provenance_fields(run.provenance)})
     with rt.db.transaction(who.tenant) as conn:
-        row = store.get(conn, pid)
+        row = store.get(conn, who.tenant, pid)
         if row is None or not pii.within_limits(rt, conn, who, row):
             raise NotFound("id: no procedure with this id", field="id")
     judgement = _judge(rt, who, run, Steps(**row["steps"]), evaluator)
@@ -478,11 +503,11 @@ def feedback(rt: Runtime, who: Principal, run_id: uuid.UUID | str,
     person = not as_agent and who.role != "service"
     now = datetime.now(UTC)
     with rt.db.transaction(who.tenant) as conn:
-        old = store.lock_run(conn, rid)
+        old = store.lock_run(conn, who.tenant, rid)
         if old is None or not pii.within_limits(rt, conn, who, old):
             raise NotFound("run_id: no run with this id", field="run_id")
         new = store.set_feedback(
-            conn, rid, scores={"accuracy": fb.accuracy, "efficiency": fb.efficiency,
+            conn, who.tenant, rid, scores={"accuracy": fb.accuracy, "efficiency": fb.efficiency,
                                "satisfaction": fb.satisfaction},
             person_verdict=fb.verdict if person else None,
             agent_verdict=None if person else fb.verdict, at=now)
@@ -490,7 +515,7 @@ def feedback(rt: Runtime, who: Principal, run_id: uuid.UUID | str,
         d_j = int(new["judged"]) - int(old["judged"])
         d_js = int(new["success"] and new["judged"]) - int(old["success"] and old["judged"])
         if d_s or d_j or d_js:
-            store.bump(conn, new["procedure_id"], successes=d_s, judged_runs=d_j,
+            store.bump(conn, who.tenant, new["procedure_id"], successes=d_s, judged_runs=d_j,
                        judged_successes=d_js)
         audit.append(conn, tenant=who.tenant, operation="PROCEDURE_FEEDBACK",
                      actor=who.actor, agent=who.agent, memory_ids=[str(new["procedure_id"])],
@@ -530,14 +555,15 @@ def prune(rt: Runtime, who: Principal, *, runs_days: float | None = None,
     n_runs, seq = 0, None
     with rt.db.transaction(who.tenant) as conn:
         if runs_days is not None:
-            n_runs = store.old_runs(conn, now - timedelta(days=runs_days), delete=not dry_run)
+            n_runs = store.old_runs(conn, who.tenant, now - timedelta(days=runs_days),
+                                    delete=not dry_run)
         if unused_days is not None:
-            stale = set(store.unused(conn, now - timedelta(days=unused_days)))
+            stale = set(store.unused(conn, who.tenant, now - timedelta(days=unused_days)))
             families: set[uuid.UUID] = set()
             for pid in sorted(stale):
                 if pid in families:
                     continue
-                family = memory_store.versions_closure(conn, {pid})
+                family = memory_store.versions_closure(conn, who.tenant, {pid})
                 if family <= stale:
                     families |= family
             deleted = sorted(families)

@@ -28,6 +28,7 @@ import psycopg
 from mnemovault.governance import graph
 from mnemovault.pii.vault import PLACEHOLDER_RE, PiiVault
 from mnemovault.store import procedures as store
+from mnemovault.store.db import tenant_of
 
 Conn = psycopg.Connection[Any]
 
@@ -36,7 +37,8 @@ def subject_runs(conn: Conn, *, scope: str, subject: str, after: uuid.UUID | Non
                  limit: int = 100) -> list[dict[str, Any]]:
     """The subject's runs in ``scope`` (on any procedure), oldest id first after
     ``after``, at most ``limit``; JSON-ready dicts (ids and times as strings)."""
-    rows = store.subject_runs(conn, scope=scope, subject=subject, after=after, limit=limit)
+    rows = store.subject_runs(conn, tenant_of(conn), scope=scope, subject=subject, after=after,
+                              limit=limit)
     return [_jsonable(r) for r in rows]
 
 
@@ -45,8 +47,8 @@ def subject_procedures(conn: Conn, *, scope: str, subject: str,
     """The subject's procedures in ``scope`` (every status), oldest id first after
     ``after``, at most ``limit``: memory fields, name, intent, steps and counters, no
     embedding; JSON-ready dicts."""
-    rows = store.subject_procedures(conn, scope=scope, subject=subject, after=after,
-                                    limit=limit)
+    rows = store.subject_procedures(conn, tenant_of(conn), scope=scope, subject=subject,
+                                    after=after, limit=limit)
     return [_jsonable(r) for r in rows]
 
 
@@ -101,20 +103,21 @@ def _release_subject_runs(conn: Conn, scope: str, subject: str
                           ) -> tuple[dict[str, int], set[str], set[tuple[str, str]]]:
     """Delete the runs, adjust the counters, release the graph support only those runs
     gave their procedure: (counts, node ends to check, edges to check)."""
-    adjusted = store.delete_subject_runs(conn, scope=scope, subject=subject)
+    tenant = tenant_of(conn)
+    adjusted = store.delete_subject_runs(conn, tenant, scope=scope, subject=subject)
     ids = [r["procedure_id"] for r in adjusted]
     released: set[str] = set()
     edges: set[tuple[str, str]] = set()
     if ids:
-        texts = store.stored_texts(conn, ids)
+        texts = store.stored_texts(conn, tenant, ids)
         for pid in ids:
             still = {m.group(0) for m in PLACEHOLDER_RE.finditer(texts.get(pid, ""))}
-            gone = [n for n in store.supported_nodes(conn, pid)
+            gone = [n for n in store.supported_nodes(conn, tenant, pid)
                     if PLACEHOLDER_RE.fullmatch(n) and n not in still]
             if gone:
                 _, supported = graph.supported_by(conn, [pid])
                 edges.update(e for e in supported if e[0] in gone or e[1] in gone)
-                store.release_nodes(conn, pid, gone)
+                store.release_nodes(conn, tenant, pid, gone)
                 released.update(gone)
     ends = released | {n for e in edges for n in e}
     return ({"runs_deleted": sum(int(r["runs"]) for r in adjusted),

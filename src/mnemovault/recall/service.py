@@ -97,20 +97,20 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
         reranker = rerankers.configured(rt.settings)
         if reranker is not None and fused:
             depth = max(k, rt.settings.recall_rerank_depth)
-            head = memory_store.by_ids(conn, [x.id for x in fused[:depth]], touch=False)
+            head = memory_store.by_ids(conn, who.tenant, [x.id for x in fused[:depth]], touch=False)
             fused = rerank(fused, {r["id"]: r["content"] for r in head}, query, reranker,
                            depth=depth)
         fused = fused[:k]
         ids = [x.id for x in fused]
         if not ids:
             return []
-        rows = memory_store.by_ids(conn, ids, touch=False)
+        rows = memory_store.by_ids(conn, who.tenant, ids, touch=False)
         by_id = {m.id: m for m in pii.render(
             rt, conn, who, [Memory.from_row(r) for r in rows], reveal=reveal,
             request_id=request_id)}
     if touch:  # access statistics: a short transaction of its own, off the read path
         with rt.db.transaction(who.tenant) as conn:
-            memory_store.touch(conn, ids)
+            memory_store.touch(conn, who.tenant, ids)
     return [Hit(memory=by_id[x.id], score=x.score, similarity=x.similarity,
                 vector_rank=x.vector_rank, text_rank=x.text_rank)
             for x in fused if x.id in by_id]

@@ -65,7 +65,7 @@ def wake(rt: Runtime, who: Principal, *, scope: str, subject: str | None = None,
                               field="budget")
     with rt.db.transaction(who.tenant) as conn:
         tr = pii.Translator(rt, conn, who.tenant)
-        found = store.wake_candidates(conn, tr(scope) or scope, tr(subject), CANDIDATES)
+        found = store.wake_candidates(conn, who.tenant, tr(scope) or scope, tr(subject), CANDIDATES)
         seen: dict[uuid.UUID, Memory] = {}
         why: dict[uuid.UUID, str] = {}
         for kind, reason in (("pinned", "pinned"), ("facts", "fact"), ("recent", "recent")):
@@ -135,7 +135,7 @@ def timeline(rt: Runtime, who: Principal, *, scope: str, subject: str | None = N
     after = _parse_cursor(checked.name(cursor, "cursor", max_len=200)) if cursor else None
     with rt.db.transaction(who.tenant) as conn:
         tr = pii.Translator(rt, conn, who.tenant)
-        rows = store.timeline(conn, scope=tr(scope) or scope, subject=tr(subject),
+        rows = store.timeline(conn, who.tenant, scope=tr(scope) or scope, subject=tr(subject),
                               since=times["since"], until=times["until"], after=after,
                               limit=limit + 1)
         items = pii.render(rt, conn, who, [Memory.from_row(r) for r in rows[:limit]],

@@ -9,7 +9,8 @@ Hashing, canonical form, the Merkle arithmetic and checkpoint signing live in
 :func:`lock_head`: every append or checkpoint first locks the tenant's head row
 ``FOR UPDATE`` in the caller's transaction, so writers to one chain serialise and every
 later write in that transaction (row, nodes, checkpoint, head update) happens under that
-lock. Reads that name no tenant see the connection's tenant only (row-level security).
+lock. Every statement names its tenant (``tenant_id = ...``) as well as row-level security
+scoping it: defence in depth, and on Citus the statement goes to the tenant's shard only.
 """
 
 from __future__ import annotations
@@ -66,10 +67,11 @@ def update_head_checkpoint(conn: psycopg.Connection[Any], tenant: str, *, size: 
                  "WHERE tenant_id = %s", (size, at, tenant))
 
 
-def head_seq(conn: psycopg.Connection[Any]) -> int:
-    """The chain length (head ``seq``) of the connection's tenant; 0 when it has no head.
-    Takes no lock."""
-    row = conn.execute("SELECT seq FROM audit_heads").fetchone()
+def head_seq(conn: psycopg.Connection[Any], tenant: str) -> int:
+    """The chain length (head ``seq``) of ``tenant``; 0 when it has no head. Takes no
+    lock."""
+    row = conn.execute("SELECT seq FROM audit_heads WHERE tenant_id = %s",
+                       (tenant,)).fetchone()
     return int(row["seq"]) if row else 0
 
 
@@ -85,22 +87,24 @@ def insert_row(conn: psycopg.Connection[Any], tenant: str, *, seq: int, ts: date
         (tenant, seq, ts, operation, row_bytes, prev_hash, row_hash))
 
 
-def rows_after(conn: psycopg.Connection[Any], after: int, limit: int) -> list[dict[str, Any]]:
-    """Up to ``limit`` rows with ``seq > after``, in ``seq`` order: ``{"seq": int,
-    "row_bytes", "prev_hash", "row_hash"}`` (bytea values; wrap in ``bytes``)."""
+def rows_after(conn: psycopg.Connection[Any], tenant: str, after: int,
+               limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` rows of ``tenant`` with ``seq > after``, in ``seq`` order: ``{"seq":
+    int, "row_bytes", "prev_hash", "row_hash"}`` (bytea values; wrap in ``bytes``)."""
     return list(conn.execute(
         "SELECT seq, row_bytes, prev_hash, row_hash FROM audit_log "
-        "WHERE seq > %s ORDER BY seq LIMIT %s", (after, limit)).fetchall())
+        "WHERE tenant_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+        (tenant, after, limit)).fetchall())
 
 
-def rows_between(conn: psycopg.Connection[Any], after: int, until: int | None,
+def rows_between(conn: psycopg.Connection[Any], tenant: str, after: int, until: int | None,
                  limit: int) -> list[dict[str, Any]]:
     """Up to ``limit`` rows with ``after < seq <= until`` (no upper bound when ``until`` is
     None), in ``seq`` order; rows as in :func:`rows_after`."""
     return list(conn.execute(
         "SELECT seq, row_bytes, prev_hash, row_hash FROM audit_log "
-        "WHERE seq > %s AND (%s::bigint IS NULL OR seq <= %s) ORDER BY seq LIMIT %s",
-        (after, until, until, limit)).fetchall())
+        "WHERE tenant_id = %s AND seq > %s AND (%s::bigint IS NULL OR seq <= %s) "
+        "ORDER BY seq LIMIT %s", (tenant, after, until, until, limit)).fetchall())
 
 
 # -- audit_nodes -------------------------------------------------------------------------
@@ -116,14 +120,14 @@ def insert_nodes(conn: psycopg.Connection[Any], tenant: str,
             [(tenant, level, idx, h) for level, idx, h in nodes])
 
 
-def node_hashes(conn: psycopg.Connection[Any],
+def node_hashes(conn: psycopg.Connection[Any], tenant: str,
                 ids: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
     """The stored hashes of the ``(level, idx)`` nodes in ``ids``: ``{(level, idx): hash}``
     (ids with no stored node are absent)."""
     rows = conn.execute(
-        "SELECT level, idx, hash FROM audit_nodes WHERE (level, idx) IN "
+        "SELECT level, idx, hash FROM audit_nodes WHERE tenant_id = %s AND (level, idx) IN "
         "(SELECT * FROM unnest(%s::smallint[], %s::bigint[]))",
-        ([i[0] for i in ids], [i[1] for i in ids])).fetchall()
+        (tenant, [i[0] for i in ids], [i[1] for i in ids])).fetchall()
     return {(r["level"], r["idx"]): bytes(r["hash"]) for r in rows}
 
 
@@ -140,9 +144,9 @@ def insert_checkpoint(conn: psycopg.Connection[Any], tenant: str, *, size: int, 
         (tenant, size, root, note, created_at))
 
 
-def latest_checkpoint(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
-    """The connection's tenant's largest checkpoint: ``{"size": int, "root": bytes,
-    "note": str, "created_at": datetime}``, or None when it has none."""
+def latest_checkpoint(conn: psycopg.Connection[Any], tenant: str) -> dict[str, Any] | None:
+    """``tenant``'s largest checkpoint: ``{"size": int, "root": bytes, "note": str,
+    "created_at": datetime}``, or None when it has none."""
     row = conn.execute("SELECT size, root, note, created_at FROM audit_checkpoints "
-                       "ORDER BY size DESC LIMIT 1").fetchone()
+                       "WHERE tenant_id = %s ORDER BY size DESC LIMIT 1", (tenant,)).fetchone()
     return dict(row) if row is not None else None

@@ -42,6 +42,25 @@ TENANT_SETTING = "mnemovault.tenant_id"
 _audited: ContextVar[set[str] | None] = ContextVar("mnemovault_audited", default=None)
 
 
+# The tenant each open :meth:`Database.transaction` was opened for, by connection: the
+# helpers of capability modules that get a connection only (the forget walk, retention)
+# name it in their queries (:func:`tenant_of`).
+_tenants: weakref.WeakKeyDictionary[psycopg.Connection[Any], str] = weakref.WeakKeyDictionary()
+
+
+def tenant_of(conn: psycopg.Connection[Any]) -> str:
+    """The tenant of the :meth:`Database.transaction` open on ``conn``.
+
+    Raises:
+        InternalError: ``conn`` is not in a tenant's transaction (an unscoped or owner
+            connection): a tenant's query may not run there.
+    """
+    tenant = _tenants.get(conn)
+    if tenant is None:
+        raise InternalError("database: no tenant transaction on this connection")
+    return tenant
+
+
 def note_audit_append(tenant: str) -> None:
     """Called by the audit log when it appends a row inside :meth:`Database.transaction`."""
     pending = _audited.get()
@@ -354,7 +373,15 @@ class Database:
                 else:
                     conn.execute("SELECT set_config(%s, %s, true)",
                                  (TENANT_SETTING, self._signed(tenant, conn.info.backend_pid)))
-                yield conn
+                outer_tenant = _tenants.get(conn)
+                _tenants[conn] = tenant
+                try:
+                    yield conn
+                finally:
+                    if outer_tenant is None:
+                        _tenants.pop(conn, None)
+                    else:
+                        _tenants[conn] = outer_tenant
         except psycopg.Error as exc:
             raise database_error(exc) from exc
         finally:

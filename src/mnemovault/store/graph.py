@@ -9,7 +9,8 @@ The rules (what to index, when a node may go, lock order, validation) live in
 run one statement each (two for the support deletions), in the order given, and hold the row
 locks their docstrings name until the caller's transaction ends. Rows come back as the
 connection's ``dict_row`` rows. Tenant scoping is by row-level security on the
-connection; ``tenant`` parameters only fill ``tenant_id`` columns of inserted rows.
+connection and, in every statement, by ``tenant_id = ...`` (the ``tenant`` argument): defence
+in depth, and on Citus the statement is routed to the tenant's one shard.
 """
 
 from __future__ import annotations
@@ -20,17 +21,41 @@ from typing import Any
 
 import psycopg
 
+_CHUNK = 2000  # rows per statement (a statement takes at most 65535 parameters)
+
+
+def _insert(conn: psycopg.Connection[Any], into: str, tenant: str,
+            rows: Sequence[tuple[Any, ...]], returning: str | None = None) -> list[Any]:
+    """``INSERT INTO {into} VALUES (tenant, *row), ... ON CONFLICT DO NOTHING`` in the
+    order given, a statement per :data:`_CHUNK` rows; the ``returning`` column's values.
+    (Not ``SELECT ... FROM unnest(...)``: Citus routes a ``VALUES`` insert to the tenant's
+    shard, but runs an ``INSERT ... SELECT`` of a constant tenant through the coordinator,
+    on a connection of its own, which makes the transaction a two-phase commit.)"""
+    out: list[Any] = []
+    for i in range(0, len(rows), _CHUNK):
+        part = rows[i:i + _CHUNK]
+        one = "(" + ", ".join(["%s"] * (1 + len(part[0]))) + ")"
+        cur = conn.execute(
+            f"INSERT INTO {into} VALUES {', '.join([one] * len(part))} ON CONFLICT DO NOTHING"
+            + (f" RETURNING {returning}" if returning else ""),
+            [v for r in part for v in (tenant, *r)])
+        if returning:
+            out += [r[returning] for r in cur.fetchall()]
+    return out
+
+
 # -- nodes -------------------------------------------------------------------------------
 
 
-def lock_nodes_key_share(conn: psycopg.Connection[Any], node_ids: Sequence[str]) -> set[str]:
+def lock_nodes_key_share(conn: psycopg.Connection[Any], tenant: str,
+                         node_ids: Sequence[str]) -> set[str]:
     """Lock the existing nodes among ``node_ids`` ``FOR KEY SHARE``, in ``node_id`` order.
 
     Returns the ids of the nodes found (and now locked); missing ones are absent.
     """
     return {r["node_id"] for r in conn.execute(
-        "SELECT node_id FROM graph_nodes WHERE node_id = ANY(%s) ORDER BY node_id "
-        "FOR KEY SHARE", (list(node_ids),)).fetchall()}
+        "SELECT node_id FROM graph_nodes WHERE tenant_id = %s AND node_id = ANY(%s) "
+        "ORDER BY node_id FOR KEY SHARE", (tenant, list(node_ids))).fetchall()}
 
 
 def create_nodes(conn: psycopg.Connection[Any], tenant: str,
@@ -39,31 +64,33 @@ def create_nodes(conn: psycopg.Connection[Any], tenant: str,
 
     Returns the ids this call created (a node a concurrent writer made is absent).
     """
-    return {r["node_id"] for r in conn.execute(
-        "INSERT INTO graph_nodes (tenant_id, node_id, kind) "
-        "SELECT %s, n, k FROM unnest(%s::text[], %s::text[]) AS u(n, k) "
-        "ON CONFLICT DO NOTHING RETURNING node_id",
-        (tenant, [n for n, _ in nodes], [k for _, k in nodes])).fetchall()}
+    return set(_insert(conn, "graph_nodes (tenant_id, node_id, kind)", tenant, nodes,
+                       returning="node_id"))
 
 
-def lock_nodes_for_update(conn: psycopg.Connection[Any], node_ids: Sequence[str]) -> None:
+def lock_nodes_for_update(conn: psycopg.Connection[Any], tenant: str,
+                          node_ids: Sequence[str]) -> None:
     """Lock the existing nodes among ``node_ids`` ``FOR UPDATE``, in ``node_id`` order
     (waits for writers holding ``FOR KEY SHARE`` on them). Returns nothing."""
-    conn.execute("SELECT 1 FROM graph_nodes WHERE node_id = ANY(%s) ORDER BY node_id "
-                 "FOR UPDATE", (list(node_ids),))
+    conn.execute("SELECT 1 FROM graph_nodes WHERE tenant_id = %s AND node_id = ANY(%s) "
+                 "ORDER BY node_id FOR UPDATE", (tenant, list(node_ids)))
 
 
-def delete_unsupported_nodes(conn: psycopg.Connection[Any], node_ids: Sequence[str]) -> list[str]:
+def delete_unsupported_nodes(conn: psycopg.Connection[Any], tenant: str,
+                             node_ids: Sequence[str]) -> list[str]:
     """Delete the nodes among ``node_ids`` that have no support row and no edge.
 
     Returns the deleted node ids, in no particular order.
     """
     return [r["node_id"] for r in conn.execute(
-        "DELETE FROM graph_nodes n WHERE n.node_id = ANY(%s) "
-        "AND NOT EXISTS (SELECT 1 FROM graph_node_support s WHERE s.node_id = n.node_id) "
-        "AND NOT EXISTS (SELECT 1 FROM graph_edges e WHERE e.source_node = n.node_id) "
-        "AND NOT EXISTS (SELECT 1 FROM graph_edges e WHERE e.target_node = n.node_id) "
-        "RETURNING node_id", (list(node_ids),)).fetchall()]
+        "DELETE FROM graph_nodes n WHERE n.tenant_id = %(t)s AND n.node_id = ANY(%(n)s) "
+        "AND NOT EXISTS (SELECT 1 FROM graph_node_support s WHERE s.tenant_id = %(t)s "
+        "  AND s.node_id = n.node_id) "
+        "AND NOT EXISTS (SELECT 1 FROM graph_edges e WHERE e.tenant_id = %(t)s "
+        "  AND e.source_node = n.node_id) "
+        "AND NOT EXISTS (SELECT 1 FROM graph_edges e WHERE e.tenant_id = %(t)s "
+        "  AND e.target_node = n.node_id) "
+        "RETURNING node_id", {"t": tenant, "n": list(node_ids)}).fetchall()]
 
 
 # -- edges -------------------------------------------------------------------------------
@@ -73,35 +100,32 @@ def insert_edges(conn: psycopg.Connection[Any], tenant: str,
                  pairs: Sequence[tuple[str, str]]) -> None:
     """Insert ``(source_node, target_node)`` edges in the order given (existing ones
     ignored). Returns nothing."""
-    conn.execute(
-        "INSERT INTO graph_edges (tenant_id, source_node, target_node) "
-        "SELECT %s, a, b FROM unnest(%s::text[], %s::text[]) AS u(a, b) "
-        "ON CONFLICT DO NOTHING",
-        (tenant, [a for a, _ in pairs], [b for _, b in pairs]))
+    _insert(conn, "graph_edges (tenant_id, source_node, target_node)", tenant, pairs)
 
 
-def delete_unsupported_edges(conn: psycopg.Connection[Any],
+def delete_unsupported_edges(conn: psycopg.Connection[Any], tenant: str,
                              pairs: Sequence[tuple[str, str]]) -> int:
     """Delete the edges among ``(source_node, target_node)`` ``pairs`` that no support row
     names. Returns how many were deleted."""
     cur = conn.execute(
         "DELETE FROM graph_edges e USING unnest(%s::text[], %s::text[]) AS u(a, b) "
-        "WHERE e.source_node = u.a AND e.target_node = u.b AND NOT EXISTS ("
-        "  SELECT 1 FROM graph_edge_support s WHERE s.source_node = e.source_node "
-        "  AND s.target_node = e.target_node)",
-        ([a for a, _ in pairs], [b for _, b in pairs]))
+        "WHERE e.tenant_id = %s AND e.source_node = u.a AND e.target_node = u.b "
+        "AND NOT EXISTS (SELECT 1 FROM graph_edge_support s WHERE s.tenant_id = e.tenant_id "
+        "  AND s.source_node = e.source_node AND s.target_node = e.target_node)",
+        ([a for a, _ in pairs], [b for _, b in pairs], tenant))
     return cur.rowcount or 0
 
 
-def neighbours(conn: psycopg.Connection[Any], node_id: str) -> list[dict[str, Any]]:
+def neighbours(conn: psycopg.Connection[Any], tenant: str,
+               node_id: str) -> list[dict[str, Any]]:
     """The nodes sharing an edge with ``node_id``: rows ``{"node_id": str, "support": int}``
     (``support`` = number of edge support rows), most supported first, then by id."""
     return list(conn.execute(
         "SELECT CASE WHEN e.source_node = %(n)s THEN e.target_node ELSE e.source_node END "
         "AS node_id, count(s.memory_id) AS support FROM graph_edges e "
         "JOIN graph_edge_support s USING (tenant_id, source_node, target_node) "
-        "WHERE e.source_node = %(n)s OR e.target_node = %(n)s "
-        "GROUP BY 1 ORDER BY support DESC, node_id", {"n": node_id}).fetchall())
+        "WHERE e.tenant_id = %(t)s AND (e.source_node = %(n)s OR e.target_node = %(n)s) "
+        "GROUP BY 1 ORDER BY support DESC, node_id", {"n": node_id, "t": tenant}).fetchall())
 
 
 # -- support -----------------------------------------------------------------------------
@@ -111,56 +135,50 @@ def insert_node_support(conn: psycopg.Connection[Any], tenant: str,
                         rows: Sequence[tuple[str, uuid.UUID]]) -> None:
     """Insert ``(node_id, memory_id)`` node support rows in the order given (existing ones
     ignored). Returns nothing."""
-    conn.execute(
-        "INSERT INTO graph_node_support (tenant_id, node_id, memory_id) "
-        "SELECT %s, n, m FROM unnest(%s::text[], %s::uuid[]) AS u(n, m) "
-        "ON CONFLICT DO NOTHING",
-        (tenant, [n for n, _ in rows], [m for _, m in rows]))
+    _insert(conn, "graph_node_support (tenant_id, node_id, memory_id)", tenant, rows)
 
 
 def insert_edge_support(conn: psycopg.Connection[Any], tenant: str,
                         rows: Sequence[tuple[str, str, uuid.UUID]]) -> None:
     """Insert ``(source_node, target_node, memory_id)`` edge support rows in the order given
     (existing ones ignored). Returns nothing."""
-    conn.execute(
-        "INSERT INTO graph_edge_support (tenant_id, source_node, target_node, memory_id) "
-        "SELECT %s, a, b, m FROM unnest(%s::text[], %s::text[], %s::uuid[]) AS u(a, b, m) "
-        "ON CONFLICT DO NOTHING",
-        (tenant, [a for a, _, _ in rows], [b for _, b, _ in rows], [m for _, _, m in rows]))
+    _insert(conn, "graph_edge_support (tenant_id, source_node, target_node, memory_id)",
+            tenant, rows)
 
 
-def nodes_supported_by(conn: psycopg.Connection[Any],
+def nodes_supported_by(conn: psycopg.Connection[Any], tenant: str,
                        memory_ids: Sequence[uuid.UUID]) -> list[str]:
     """The distinct node ids that any of ``memory_ids`` supports, sorted by ``node_id``."""
     return [r["node_id"] for r in conn.execute(
-        "SELECT DISTINCT node_id FROM graph_node_support WHERE memory_id = ANY(%s) "
-        "ORDER BY node_id", (list(memory_ids),)).fetchall()]
+        "SELECT DISTINCT node_id FROM graph_node_support WHERE tenant_id = %s "
+        "AND memory_id = ANY(%s) ORDER BY node_id", (tenant, list(memory_ids))).fetchall()]
 
 
-def edges_supported_by(conn: psycopg.Connection[Any],
+def edges_supported_by(conn: psycopg.Connection[Any], tenant: str,
                        memory_ids: Sequence[uuid.UUID]) -> list[tuple[str, str]]:
     """The distinct ``(source_node, target_node)`` edges that any of ``memory_ids``
     supports, sorted by source then target."""
     return [(r["source_node"], r["target_node"]) for r in conn.execute(
         "SELECT DISTINCT source_node, target_node FROM graph_edge_support "
-        "WHERE memory_id = ANY(%s) ORDER BY source_node, target_node",
-        (list(memory_ids),)).fetchall()]
+        "WHERE tenant_id = %s AND memory_id = ANY(%s) ORDER BY source_node, target_node",
+        (tenant, list(memory_ids))).fetchall()]
 
 
-def delete_support(conn: psycopg.Connection[Any], memory_ids: Sequence[uuid.UUID]) -> int:
+def delete_support(conn: psycopg.Connection[Any], tenant: str,
+                   memory_ids: Sequence[uuid.UUID]) -> int:
     """Delete the edge support rows, then the node support rows, of ``memory_ids``.
     Returns the total number of rows deleted."""
-    a = conn.execute("DELETE FROM graph_edge_support WHERE memory_id = ANY(%s)",
-                     (list(memory_ids),))
-    b = conn.execute("DELETE FROM graph_node_support WHERE memory_id = ANY(%s)",
-                     (list(memory_ids),))
+    a = conn.execute("DELETE FROM graph_edge_support WHERE tenant_id = %s "
+                     "AND memory_id = ANY(%s)", (tenant, list(memory_ids)))
+    b = conn.execute("DELETE FROM graph_node_support WHERE tenant_id = %s "
+                     "AND memory_id = ANY(%s)", (tenant, list(memory_ids)))
     return (a.rowcount or 0) + (b.rowcount or 0)
 
 
 # -- lineage -----------------------------------------------------------------------------
 
 
-def lock_memory_scopes(conn: psycopg.Connection[Any],
+def lock_memory_scopes(conn: psycopg.Connection[Any], tenant: str,
                        memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
     """Lock the existing memories among ``memory_ids`` ``FOR KEY SHARE``, in ``id`` order.
 
@@ -168,8 +186,8 @@ def lock_memory_scopes(conn: psycopg.Connection[Any],
     and other tenants' memories are absent).
     """
     rows = conn.execute(
-        "SELECT id, scope FROM memories WHERE id = ANY(%s) ORDER BY id FOR KEY SHARE",
-        (list(memory_ids),)).fetchall()
+        "SELECT id, scope FROM memories WHERE tenant_id = %s AND id = ANY(%s) ORDER BY id "
+        "FOR KEY SHARE", (tenant, list(memory_ids))).fetchall()
     return {r["id"]: r["scope"] for r in rows}
 
 
@@ -177,22 +195,20 @@ def insert_lineage(conn: psycopg.Connection[Any], tenant: str,
                    pairs: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> None:
     """Insert ``(memory_id, source_id)`` lineage rows in the order given (existing ones
     ignored). Returns nothing."""
-    conn.execute(
-        "INSERT INTO memory_lineage (tenant_id, memory_id, source_id) "
-        "SELECT %s, m, s FROM unnest(%s::uuid[], %s::uuid[]) AS u(m, s) "
-        "ON CONFLICT DO NOTHING",
-        (tenant, [m for m, _ in pairs], [s for _, s in pairs]))
+    _insert(conn, "memory_lineage (tenant_id, memory_id, source_id)", tenant, pairs)
 
 
-def lineage_sources(conn: psycopg.Connection[Any], memory_id: uuid.UUID) -> list[uuid.UUID]:
+def lineage_sources(conn: psycopg.Connection[Any], tenant: str,
+                    memory_id: uuid.UUID) -> list[uuid.UUID]:
     """The ``source_id`` values of ``memory_id``'s lineage rows, sorted."""
     return [r["source_id"] for r in conn.execute(
-        "SELECT source_id FROM memory_lineage WHERE memory_id = %s ORDER BY source_id",
-        (memory_id,)).fetchall()]
+        "SELECT source_id FROM memory_lineage WHERE tenant_id = %s AND memory_id = %s "
+        "ORDER BY source_id", (tenant, memory_id)).fetchall()]
 
 
-def delete_lineage(conn: psycopg.Connection[Any], memory_ids: Sequence[uuid.UUID]) -> int:
+def delete_lineage(conn: psycopg.Connection[Any], tenant: str,
+                   memory_ids: Sequence[uuid.UUID]) -> int:
     """Delete the lineage rows whose ``memory_id`` is in ``memory_ids``. Returns how many."""
-    cur = conn.execute("DELETE FROM memory_lineage WHERE memory_id = ANY(%s)",
-                       (list(memory_ids),))
+    cur = conn.execute("DELETE FROM memory_lineage WHERE tenant_id = %s "
+                       "AND memory_id = ANY(%s)", (tenant, list(memory_ids)))
     return cur.rowcount or 0

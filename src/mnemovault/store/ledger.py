@@ -55,14 +55,15 @@ def take_pending(tenant: str) -> bool:
     return True
 
 
-def after(conn: Conn, seq: int, limit: int) -> list[dict[str, Any]]:
-    """Up to ``limit`` rows with ``audit_seq`` > ``seq``, in seq order."""
-    return conn.execute(f"SELECT {COLUMNS} FROM erasure_ledger WHERE audit_seq > %s "
-                        "ORDER BY audit_seq LIMIT %s", (seq, limit)).fetchall()
+def after(conn: Conn, tenant: str, seq: int, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` rows of ``tenant`` with ``audit_seq`` > ``seq``, in seq order."""
+    return conn.execute(f"SELECT {COLUMNS} FROM erasure_ledger WHERE tenant_id = %s "
+                        "AND audit_seq > %s ORDER BY audit_seq LIMIT %s",
+                        (tenant, seq, limit)).fetchall()
 
 
-def id_at(conn: Conn, seq: int) -> uuid.UUID | None:
-    """The id of the row at ``audit_seq`` = ``seq``, or None."""
-    row = conn.execute("SELECT id FROM erasure_ledger WHERE audit_seq = %s",
-                       (seq,)).fetchone()
+def id_at(conn: Conn, tenant: str, seq: int) -> uuid.UUID | None:
+    """The id of ``tenant``'s row at ``audit_seq`` = ``seq``, or None."""
+    row = conn.execute("SELECT id FROM erasure_ledger WHERE tenant_id = %s AND audit_seq = %s",
+                       (tenant, seq)).fetchone()
     return row["id"] if row else None

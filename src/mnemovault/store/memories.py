@@ -4,6 +4,11 @@
 Every function runs in the caller's transaction (tenant already set for row-level
 security) and returns plain rows (dicts) or ids; the rules of when to call them live in
 the capability modules (:mod:`mnemovault.memories`, :mod:`mnemovault.governance`).
+
+Every statement also names its tenant (``tenant_id = ...``, the ``tenant`` argument):
+row-level security stays the guarantee, the filter is defence in depth, and on Citus it
+routes the statement to the tenant's one shard (a row lock in a statement that does not
+name the distribution column is refused there as multi-shard).
 """
 
 from __future__ import annotations
@@ -38,13 +43,14 @@ def _limits(params: dict[str, Any], scope: str | None, subject: str | None) -> s
 
 
 # -- write ---------------------------------------------------------------------------------
-def supersede(conn: Conn, scope: str, key: str, now: datetime) -> tuple[uuid.UUID, int] | None:
+def supersede(conn: Conn, tenant: str, scope: str, key: str,
+              now: datetime) -> tuple[uuid.UUID, int] | None:
     """Mark the live version of ``key`` in ``scope`` superseded; its (id, version), or None
     when the key has no live version."""
     row = conn.execute(
-        "UPDATE memories SET status = 'superseded', updated_at = %s "
-        "WHERE scope = %s AND key = %s AND status <> 'superseded' RETURNING id, version",
-        (now, scope, key)).fetchone()
+        "UPDATE memories SET status = 'superseded', updated_at = %s WHERE tenant_id = %s "
+        "AND scope = %s AND key = %s AND status <> 'superseded' RETURNING id, version",
+        (now, tenant, scope, key)).fetchone()
     return (row["id"], row["version"]) if row is not None else None
 
 
@@ -63,25 +69,26 @@ def insert(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
 
 
 # -- read ----------------------------------------------------------------------------------
-def by_id(conn: Conn, memory_id: uuid.UUID) -> dict[str, Any] | None:
+def by_id(conn: Conn, tenant: str, memory_id: uuid.UUID) -> dict[str, Any] | None:
     """One memory row (:data:`COLUMNS`), whatever its status."""
-    return conn.execute(f"SELECT {COLUMNS} FROM memories WHERE id = %s",
-                        (memory_id,)).fetchone()
+    return conn.execute(f"SELECT {COLUMNS} FROM memories WHERE tenant_id = %s AND id = %s",
+                        (tenant, memory_id)).fetchone()
 
 
-def by_ids(conn: Conn, ids: Sequence[uuid.UUID], *, touch: bool) -> list[dict[str, Any]]:
+def by_ids(conn: Conn, tenant: str, ids: Sequence[uuid.UUID], *,
+           touch: bool) -> list[dict[str, Any]]:
     """Rows of ``ids`` (any order); with ``touch`` their access count and last access time
     are updated first (recall's statistics)."""
     if touch:
         return conn.execute(
             f"UPDATE memories SET access_count = access_count + 1, "
-            f"last_accessed_at = now() WHERE id = ANY(%s) RETURNING {COLUMNS}",
-            (list(ids),)).fetchall()
-    return conn.execute(f"SELECT {COLUMNS} FROM memories WHERE id = ANY(%s)",
-                        (list(ids),)).fetchall()
+            f"last_accessed_at = now() WHERE tenant_id = %s AND id = ANY(%s) "
+            f"RETURNING {COLUMNS}", (tenant, list(ids))).fetchall()
+    return conn.execute(f"SELECT {COLUMNS} FROM memories WHERE tenant_id = %s "
+                        "AND id = ANY(%s)", (tenant, list(ids))).fetchall()
 
 
-def touch(conn: Conn, ids: Sequence[uuid.UUID]) -> None:
+def touch(conn: Conn, tenant: str, ids: Sequence[uuid.UUID]) -> None:
     """Count one access of each of ``ids`` (recall's statistics, read by retention and
     wake). Meant for a short transaction of its own after the read: the rows are locked in
     id order (concurrent touches of the same rows queue for microseconds, never deadlock)
@@ -90,17 +97,18 @@ def touch(conn: Conn, ids: Sequence[uuid.UUID]) -> None:
     conn.execute("SET LOCAL synchronous_commit = off")
     conn.execute(
         "UPDATE memories m SET access_count = m.access_count + 1, last_accessed_at = now() "
-        "FROM (SELECT id FROM memories WHERE id = ANY(%s) ORDER BY id FOR UPDATE) l "
-        "WHERE m.id = l.id", (list(ids),))
+        "FROM (SELECT id FROM memories WHERE tenant_id = %(t)s AND id = ANY(%(ids)s) "
+        "ORDER BY id FOR UPDATE) l WHERE m.tenant_id = %(t)s AND m.id = l.id",
+        {"t": tenant, "ids": list(ids)})
 
 
-def page(conn: Conn, *, scope: str | None, subject: str | None, include_superseded: bool,
-         cursor: uuid.UUID | None, limit: int,
+def page(conn: Conn, tenant: str, *, scope: str | None, subject: str | None,
+         include_superseded: bool, cursor: uuid.UUID | None, limit: int,
          flagged_by: str | None = None) -> list[dict[str, Any]]:
     """At most ``limit`` rows in id order (oldest first), after ``cursor`` when given; with
     ``flagged_by``, only rows whose provenance has that key (the sanitiser's label)."""
-    params: dict[str, Any] = {"limit": limit}
-    clauses: list[str] = ["true" + _limits(params, scope, subject)]
+    params: dict[str, Any] = {"limit": limit, "tenant": tenant}
+    clauses: list[str] = ["tenant_id = %(tenant)s" + _limits(params, scope, subject)]
     if not include_superseded:
         clauses.append("status <> 'superseded'")
     if cursor is not None:
@@ -114,34 +122,35 @@ def page(conn: Conn, *, scope: str | None, subject: str | None, include_supersed
         f"ORDER BY id LIMIT %(limit)s", params).fetchall()
 
 
-def using_nodes(conn: Conn, nodes: Sequence[str], scope: str,
+def using_nodes(conn: Conn, tenant: str, nodes: Sequence[str], scope: str,
                 subject: str | None = None) -> list[uuid.UUID]:
     """Ids of the memories of ``scope`` (and ``subject`` when given) that support any of
     the graph ``nodes`` (e.g. use a vault placeholder), in id order."""
     rows = conn.execute(
         "SELECT DISTINCT s.memory_id FROM graph_node_support s JOIN memories m "
         "ON m.tenant_id = s.tenant_id AND m.id = s.memory_id "
-        "WHERE s.node_id = ANY(%s) AND m.scope = %s "
+        "WHERE s.tenant_id = %s AND s.node_id = ANY(%s) AND m.scope = %s "
         "AND (%s::text IS NULL OR m.subject_id = %s) ORDER BY s.memory_id",
-        (list(nodes), scope, subject, subject)).fetchall()
+        (tenant, list(nodes), scope, subject, subject)).fetchall()
     return [r["memory_id"] for r in rows]
 
 
 # -- wake and timeline ---------------------------------------------------------------------
-def _subject_scope(scope: str, subject: str | None, *,
+def _subject_scope(tenant: str, scope: str, subject: str | None, *,
                    with_archived: bool = False) -> tuple[str, dict[str, Any]]:
-    params: dict[str, Any] = {}
-    where = ("status = 'active'" + ("" if with_archived else " AND NOT archived")
+    params: dict[str, Any] = {"tenant": tenant}
+    where = ("tenant_id = %(tenant)s AND status = 'active'"
+             + ("" if with_archived else " AND NOT archived")
              + _limits(params, scope, subject))
     return where, params
 
 
-def wake_candidates(conn: Conn, scope: str, subject: str | None,
+def wake_candidates(conn: Conn, tenant: str, scope: str, subject: str | None,
                     limit: int) -> dict[str, list[dict[str, Any]]]:
     """For the waking state of ``subject`` in ``scope`` (live, unarchived memories): up to
     ``limit`` rows each of ``pinned`` (newest first), ``facts`` (most used first) and
     ``recent`` (newest first)."""
-    where, params = _subject_scope(scope, subject)
+    where, params = _subject_scope(tenant, scope, subject)
     params["limit"] = limit
     order = {"pinned": ("pinned", "created_at DESC, id DESC"),
              "facts": ("type = 'fact'", "access_count DESC, created_at DESC, id DESC"),
@@ -151,12 +160,12 @@ def wake_candidates(conn: Conn, scope: str, subject: str | None,
         "LIMIT %(limit)s", params).fetchall() for name, (cond, by) in order.items()}
 
 
-def timeline(conn: Conn, *, scope: str, subject: str | None, since: datetime | None,
-             until: datetime | None, after: tuple[datetime, uuid.UUID] | None,
-             limit: int) -> list[dict[str, Any]]:
+def timeline(conn: Conn, tenant: str, *, scope: str, subject: str | None,
+             since: datetime | None, until: datetime | None,
+             after: tuple[datetime, uuid.UUID] | None, limit: int) -> list[dict[str, Any]]:
     """Live memories of ``scope`` (and ``subject``) created in ``[since, until)``, oldest
     first by (created_at, id), after the keyset position ``after``; at most ``limit``."""
-    where, params = _subject_scope(scope, subject, with_archived=True)  # archived too
+    where, params = _subject_scope(tenant, scope, subject, with_archived=True)  # archived
     params["limit"] = limit
     if since is not None:
         where += " AND created_at >= %(since)s"
@@ -172,82 +181,112 @@ def timeline(conn: Conn, *, scope: str, subject: str | None, since: datetime | N
 
 
 # -- pin -----------------------------------------------------------------------------------
-def set_pinned(conn: Conn, ids: Sequence[uuid.UUID], pinned: bool,
+def set_pinned(conn: Conn, tenant: str, ids: Sequence[uuid.UUID], pinned: bool,
                scope: str | None, subject: str | None = None) -> list[uuid.UUID]:
     """Pin (and un-archive) or unpin ``ids`` (limited to ``scope`` and ``subject`` when
     given); the ids changed, sorted."""
-    params: dict[str, Any] = {"ids": list(ids), "pinned": pinned}
+    params: dict[str, Any] = {"ids": list(ids), "pinned": pinned, "tenant": tenant}
     clause = _limits(params, scope, subject)
     rows = conn.execute(
         "UPDATE memories SET pinned = %(pinned)s, updated_at = now(), "
         "archived = CASE WHEN %(pinned)s THEN false ELSE archived END "
-        f"WHERE id = ANY(%(ids)s){clause} RETURNING id", params).fetchall()
+        f"WHERE tenant_id = %(tenant)s AND id = ANY(%(ids)s){clause} RETURNING id",
+        params).fetchall()
     return sorted(r["id"] for r in rows)
 
 
 # -- forget walk ---------------------------------------------------------------------------
 _VERSIONS_SQL = """
-SELECT m.id FROM memories m WHERE m.parent_id = ANY(%(f)s)
+SELECT m.id FROM memories m WHERE m.tenant_id = %(t)s AND m.parent_id = ANY(%(f)s)
 UNION
-SELECT p.id FROM memories m JOIN memories p ON p.id = m.parent_id WHERE m.id = ANY(%(f)s)
+SELECT p.id FROM memories m JOIN memories p ON p.tenant_id = m.tenant_id AND p.id = m.parent_id
+WHERE m.tenant_id = %(t)s AND m.id = ANY(%(f)s)
 UNION
-SELECT o.id FROM memories m JOIN memories o ON o.scope = m.scope AND o.key = m.key
-WHERE m.id = ANY(%(f)s) AND m.key IS NOT NULL
+SELECT o.id FROM memories m JOIN memories o
+  ON o.tenant_id = m.tenant_id AND o.scope = m.scope AND o.key = m.key
+WHERE m.tenant_id = %(t)s AND m.id = ANY(%(f)s) AND m.key IS NOT NULL
 """
-_DERIVED_SQL = "SELECT l.memory_id AS id FROM memory_lineage l WHERE l.source_id = ANY(%(f)s)"
+# The same walk kept inside one subject (an erase BY SUBJECT, issue 10 defect "Bob's memory
+# became a version of Ada's"): ``key`` is unique per scope, not per subject, so a later
+# write of another subject with the same key supersedes the row and links to it by
+# ``parent_id``; a subject's erase must not follow that link into another subject's rows.
+_SAME_SUBJECT_VERSIONS_SQL = """
+SELECT m.id FROM memories m JOIN memories p ON p.tenant_id = m.tenant_id AND p.id = ANY(%(f)s)
+WHERE m.tenant_id = %(t)s AND m.parent_id = p.id
+  AND m.subject_id IS NOT DISTINCT FROM p.subject_id
+UNION
+SELECT p.id FROM memories m JOIN memories p ON p.tenant_id = m.tenant_id AND p.id = m.parent_id
+WHERE m.tenant_id = %(t)s AND m.id = ANY(%(f)s) AND p.subject_id IS NOT DISTINCT FROM m.subject_id
+UNION
+SELECT o.id FROM memories m JOIN memories o
+  ON o.tenant_id = m.tenant_id AND o.scope = m.scope AND o.key = m.key
+  AND o.subject_id IS NOT DISTINCT FROM m.subject_id
+WHERE m.tenant_id = %(t)s AND m.id = ANY(%(f)s) AND m.key IS NOT NULL
+"""
+_DERIVED_SQL = ("SELECT l.memory_id AS id FROM memory_lineage l WHERE l.tenant_id = %(t)s "
+                "AND l.source_id = ANY(%(f)s)")
 
 
-def _closure(conn: Conn, start: set[uuid.UUID], sql: str) -> set[uuid.UUID]:
-    """Everything reachable from ``start`` through ``sql`` (which maps ``%(f)s`` to ids)."""
+def _closure(conn: Conn, tenant: str, start: set[uuid.UUID], sql: str) -> set[uuid.UUID]:
+    """Everything reachable from ``start`` through ``sql`` (which maps ``%(f)s`` to ids,
+    ``%(t)s`` to the tenant)."""
     seen = set(start)
     frontier = sorted(start)
     while frontier:
-        rows = conn.execute(sql, {"f": frontier}).fetchall()
+        rows = conn.execute(sql, {"f": frontier, "t": tenant}).fetchall()
         new = {r["id"] for r in rows} - seen
         seen |= new
         frontier = sorted(new)
     return seen
 
 
-def existing(conn: Conn, ids: Sequence[uuid.UUID], *, scope: str | None,
+def existing(conn: Conn, tenant: str, ids: Sequence[uuid.UUID], *, scope: str | None,
              lock: bool, subject: str | None = None) -> set[uuid.UUID]:
     """Which of ``ids`` exist (in ``scope`` and of ``subject`` when given), locked ``FOR
     UPDATE`` with ``lock``."""
-    params: dict[str, Any] = {"ids": list(ids)}
+    params: dict[str, Any] = {"ids": list(ids), "tenant": tenant}
     scope_clause = _limits(params, scope, subject)
     return {r["id"] for r in conn.execute(
-        f"SELECT id FROM memories WHERE id = ANY(%(ids)s){scope_clause} ORDER BY id"
-        + (" FOR UPDATE" if lock else ""), params).fetchall()}
+        f"SELECT id FROM memories WHERE tenant_id = %(tenant)s AND id = ANY(%(ids)s)"
+        f"{scope_clause} ORDER BY id" + (" FOR UPDATE" if lock else ""), params).fetchall()}
 
 
-def lock(conn: Conn, ids: Sequence[uuid.UUID]) -> None:
+def lock(conn: Conn, tenant: str, ids: Sequence[uuid.UUID]) -> None:
     """Lock ``ids`` ``FOR UPDATE``, in id order (a fixed order avoids deadlocks)."""
-    conn.execute("SELECT id FROM memories WHERE id = ANY(%s) ORDER BY id FOR UPDATE",
-                 (sorted(ids),))
+    conn.execute("SELECT id FROM memories WHERE tenant_id = %s AND id = ANY(%s) ORDER BY id "
+                 "FOR UPDATE", (tenant, sorted(ids)))
 
 
-def versions_closure(conn: Conn, start: set[uuid.UUID]) -> set[uuid.UUID]:
-    """``start`` with every version of each (by ``parent_id`` and by scope and key)."""
-    return _closure(conn, start, _VERSIONS_SQL)
+def versions_closure(conn: Conn, tenant: str, start: set[uuid.UUID], *,
+                     same_subject: bool = False) -> set[uuid.UUID]:
+    """``start`` with every version of each (by ``parent_id`` and by scope and key); with
+    ``same_subject`` only versions of the same subject as the row they link to (an erase
+    by subject: never another subject's versions)."""
+    return _closure(conn, tenant, start,
+                    _SAME_SUBJECT_VERSIONS_SQL if same_subject else _VERSIONS_SQL)
 
 
-def versions_and_derived_closure(conn: Conn, start: set[uuid.UUID]) -> set[uuid.UUID]:
-    """``start`` with, transitively, every version and every memory derived through
-    ``memory_lineage``."""
-    return _closure(conn, start, f"{_VERSIONS_SQL} UNION {_DERIVED_SQL}")
+def versions_and_derived_closure(conn: Conn, tenant: str, start: set[uuid.UUID], *,
+                                 same_subject: bool = False) -> set[uuid.UUID]:
+    """``start`` with, transitively, every version (``same_subject``: as in
+    :func:`versions_closure`) and every memory derived through ``memory_lineage``."""
+    versions = _SAME_SUBJECT_VERSIONS_SQL if same_subject else _VERSIONS_SQL
+    return _closure(conn, tenant, start, f"{versions} UNION {_DERIVED_SQL}")
 
 
-def preview_rows(conn: Conn, ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
+def preview_rows(conn: Conn, tenant: str, ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
     """``id``, ``scope``, ``type``, ``archived``, ``status``, ``created_at`` and ``content``
     (at most 1000 characters) of ``ids``, in id order."""
     return conn.execute(
         "SELECT id, scope, type, archived, status, created_at, left(content, 1000) AS content "
-        "FROM memories WHERE id = ANY(%s) ORDER BY id", (list(ids),)).fetchall()
+        "FROM memories WHERE tenant_id = %s AND id = ANY(%s) ORDER BY id",
+        (tenant, list(ids))).fetchall()
 
 
-def delete(conn: Conn, ids: Sequence[uuid.UUID]) -> None:
+def delete(conn: Conn, tenant: str, ids: Sequence[uuid.UUID]) -> None:
     """Delete the rows of ``ids`` (the forget path's step; never call it alone)."""
-    conn.execute("DELETE FROM memories WHERE id = ANY(%s)", (list(ids),))
+    conn.execute("DELETE FROM memories WHERE tenant_id = %s AND id = ANY(%s)",
+                 (tenant, list(ids)))
 
 
 # -- retention -----------------------------------------------------------------------------
@@ -264,30 +303,33 @@ _SCORE_SQL = (f"power(2.0::float8, greatest(-1000.0::float8, -greatest({_IDLE_DA
               "/ ln(1 + %(sat)s::float8)))")
 
 
-def retention_scores(conn: Conn, ids: Sequence[uuid.UUID],
+def retention_scores(conn: Conn, tenant: str, ids: Sequence[uuid.UUID],
                      params: dict[str, Any]) -> list[dict[str, Any]]:
     """``id``, ``pinned`` and ``score`` of ``ids`` (``params``: the score's parameters)."""
     return conn.execute(
-        f"SELECT id, pinned, {_SCORE_SQL} AS score FROM memories WHERE id = ANY(%(ids)s)",
-        {**params, "ids": list(ids)}).fetchall()
+        f"SELECT id, pinned, {_SCORE_SQL} AS score FROM memories "
+        "WHERE tenant_id = %(tenant)s AND id = ANY(%(ids)s)",
+        {**params, "ids": list(ids), "tenant": tenant}).fetchall()
 
 
-def archive_below(conn: Conn, params: dict[str, Any], *, dry_run: bool) -> list[uuid.UUID]:
+def archive_below(conn: Conn, tenant: str, params: dict[str, Any], *,
+                  dry_run: bool) -> list[uuid.UUID]:
     """Archive (with ``dry_run`` only list) the active, unpinned, unarchived memories idle
     ``min_idle`` days or more whose score is below ``below``; their ids, sorted."""
-    where = (f"NOT pinned AND NOT archived AND status = 'active' "
+    where = (f"tenant_id = %(tenant)s AND NOT pinned AND NOT archived AND status = 'active' "
              f"AND {_IDLE_DAYS} >= %(min_idle)s AND {_SCORE_SQL} < %(below)s")
     if dry_run:
         sql = f"SELECT id FROM memories WHERE {where}"
     else:
         sql = (f"UPDATE memories SET archived = true, updated_at = %(now)s "
                f"WHERE {where} RETURNING id")
-    return sorted(r["id"] for r in conn.execute(sql, params).fetchall())
+    return sorted(r["id"] for r in conn.execute(sql, {**params, "tenant": tenant}).fetchall())
 
 
-def idle_unpinned(conn: Conn, now: datetime, days: float) -> list[uuid.UUID]:
+def idle_unpinned(conn: Conn, tenant: str, now: datetime, days: float) -> list[uuid.UUID]:
     """Unpinned memories idle ``days`` or more at ``now``, in id order."""
     rows = conn.execute(
-        f"SELECT id FROM memories WHERE NOT pinned AND {_IDLE_DAYS} >= %(days)s ORDER BY id",
-        {"now": now, "days": days}).fetchall()
+        f"SELECT id FROM memories WHERE tenant_id = %(tenant)s AND NOT pinned "
+        f"AND {_IDLE_DAYS} >= %(days)s ORDER BY id",
+        {"now": now, "days": days, "tenant": tenant}).fetchall()
     return [r["id"] for r in rows]

@@ -84,10 +84,10 @@ def failed(conn: Conn, tenant: str, event_id: int, error: str, *, final: bool,
         (error, final, final, retry_after_seconds, tenant, event_id))
 
 
-def events(conn: Conn, kind: str | None = None) -> list[dict[str, Any]]:
-    """The connection's tenant's events (of ``kind``, if given), oldest first: ``id``,
-    ``kind``, ``payload``, ``created_at``, ``processed_at``, ``attempts``, ``last_error``."""
+def events(conn: Conn, tenant: str, kind: str | None = None) -> list[dict[str, Any]]:
+    """``tenant``'s events (of ``kind``, if given), oldest first: ``id``, ``kind``,
+    ``payload``, ``created_at``, ``processed_at``, ``attempts``, ``last_error``."""
     return list(conn.execute(
         "SELECT id, kind, payload, created_at, processed_at, attempts, last_error "
-        "FROM outbox WHERE (%s::text IS NULL OR kind = %s) ORDER BY id",
-        (kind, kind)).fetchall())
+        "FROM outbox WHERE tenant_id = %s AND (%s::text IS NULL OR kind = %s) ORDER BY id",
+        (tenant, kind, kind)).fetchall())

@@ -4,7 +4,8 @@ so one value can be destroyed alone) and ``pii_tenant_keys`` (each tenant's wrap
 secret).
 
 Nothing here encrypts or decrypts: it stores and returns sealed bytes. The recipes that
-use them are in :mod:`mnemovault.pii.vault`.
+use them are in :mod:`mnemovault.pii.vault`. Every tenant statement names its tenant
+(``tenant_id = ...``) besides row-level security: on Citus that routes it to one shard.
 """
 
 from __future__ import annotations
@@ -37,13 +38,13 @@ def tenant_secret(conn: Conn, tenant: str) -> dict[str, Any] | None:
 
 
 # -- values --------------------------------------------------------------------------------
-def placeholder_by_fingerprint(conn: Conn, fp: bytes, *,
+def placeholder_by_fingerprint(conn: Conn, tenant: str, fp: bytes, *,
                                lock: bool = False) -> dict[str, Any] | None:
     """``placeholder`` and ``kind`` of the live value with this fingerprint, or None. With
     ``lock`` the row is locked ``FOR SHARE`` (a concurrent shred of it waits)."""
     return conn.execute(
-        "SELECT placeholder, kind FROM pii_values WHERE fingerprint = %s"
-        + (" FOR SHARE" if lock else ""), (fp,)).fetchone()
+        "SELECT placeholder, kind FROM pii_values WHERE tenant_id = %s AND fingerprint = %s"
+        + (" FOR SHARE" if lock else ""), (tenant, fp)).fetchone()
 
 
 def insert_value(conn: Conn, *, tenant: str, placeholder: str, kind: str, fp: bytes,
@@ -66,54 +67,57 @@ def insert_dek(conn: Conn, *, tenant: str, placeholder: str, kek_version: int, n
         (tenant, placeholder, kek_version, nonce, wrapped))
 
 
-def fingerprints(conn: Conn) -> list[dict[str, Any]]:
+def fingerprints(conn: Conn, tenant: str) -> list[dict[str, Any]]:
     """``fingerprint``, ``kind``, ``ntokens``, ``head`` of every live value."""
     return conn.execute(
         "SELECT fingerprint, kind, ntokens, head FROM pii_values "
-        "WHERE fingerprint IS NOT NULL").fetchall()
+        "WHERE tenant_id = %s AND fingerprint IS NOT NULL", (tenant,)).fetchall()
 
 
-def sealed_values(conn: Conn, placeholders: Sequence[str]) -> list[dict[str, Any]]:
+def sealed_values(conn: Conn, tenant: str, placeholders: Sequence[str]) -> list[dict[str, Any]]:
     """Per placeholder the vault issued: ``placeholder``, ``nonce``, ``ciphertext`` (None
     once shredded) and its DEK's ``kek_version``, ``dnonce``, ``wrapped_dek``."""
     return conn.execute(
         "SELECT v.placeholder, v.nonce, v.ciphertext, d.kek_version, d.nonce AS dnonce, "
         "d.wrapped_dek FROM pii_values v LEFT JOIN pii_deks d "
         "ON d.tenant_id = v.tenant_id AND d.placeholder = v.placeholder "
-        "WHERE v.placeholder = ANY(%s)", (list(placeholders),)).fetchall()
+        "WHERE v.tenant_id = %s AND v.placeholder = ANY(%s)",
+        (tenant, list(placeholders))).fetchall()
 
 
-def shredded_among(conn: Conn, placeholders: Sequence[str]) -> set[str]:
+def shredded_among(conn: Conn, tenant: str, placeholders: Sequence[str]) -> set[str]:
     """Those of ``placeholders`` that were shredded."""
     rows = conn.execute(
-        "SELECT placeholder FROM pii_values WHERE placeholder = ANY(%s) "
-        "AND shredded_at IS NOT NULL", (list(placeholders),)).fetchall()
+        "SELECT placeholder FROM pii_values WHERE tenant_id = %s AND placeholder = ANY(%s) "
+        "AND shredded_at IS NOT NULL", (tenant, list(placeholders))).fetchall()
     return {r["placeholder"] for r in rows}
 
 
-def live_among(conn: Conn, placeholders: Sequence[str]) -> set[str]:
+def live_among(conn: Conn, tenant: str, placeholders: Sequence[str]) -> set[str]:
     """Those of ``placeholders`` the vault holds and has not shredded."""
     rows = conn.execute(
-        "SELECT placeholder FROM pii_values WHERE placeholder = ANY(%s) "
-        "AND shredded_at IS NULL", (list(placeholders),)).fetchall()
+        "SELECT placeholder FROM pii_values WHERE tenant_id = %s AND placeholder = ANY(%s) "
+        "AND shredded_at IS NULL", (tenant, list(placeholders))).fetchall()
     return {r["placeholder"] for r in rows}
 
 
-def shred(conn: Conn, placeholders: Sequence[str]) -> list[str]:
+def shred(conn: Conn, tenant: str, placeholders: Sequence[str]) -> list[str]:
     """Delete the DEKs and blank ciphertext, nonce and fingerprint of ``placeholders``,
     keeping a tombstone; the placeholders shredded now (live ones only), sorted."""
-    conn.execute("DELETE FROM pii_deks WHERE placeholder = ANY(%s)", (list(placeholders),))
+    conn.execute("DELETE FROM pii_deks WHERE tenant_id = %s AND placeholder = ANY(%s)",
+                 (tenant, list(placeholders)))
     rows = conn.execute(
         "UPDATE pii_values SET ciphertext = NULL, nonce = NULL, fingerprint = NULL, "
-        "ntokens = NULL, head = NULL, shredded_at = now() WHERE placeholder = ANY(%s) "
-        "AND shredded_at IS NULL RETURNING placeholder", (list(placeholders),)).fetchall()
+        "ntokens = NULL, head = NULL, shredded_at = now() WHERE tenant_id = %s "
+        "AND placeholder = ANY(%s) AND shredded_at IS NULL RETURNING placeholder",
+        (tenant, list(placeholders))).fetchall()
     return sorted(r["placeholder"] for r in rows)
 
 
 # -- entries (metadata) --------------------------------------------------------------------
 _USED_BY = ("EXISTS (SELECT 1 FROM graph_node_support s JOIN memories m "
             "ON m.tenant_id = s.tenant_id AND m.id = s.memory_id "
-            "WHERE s.node_id = v.placeholder{where})")
+            "WHERE s.tenant_id = v.tenant_id AND s.node_id = v.placeholder{where})")
 
 
 def _limits(scope: str | None, subject: str | None, *,
@@ -129,15 +133,16 @@ def _limits(scope: str | None, subject: str | None, *,
     return "".join(f" AND {c} = %s" for c, _ in pairs), params
 
 
-def _used(conn: Conn, placeholders: Sequence[str], inner: str,
+def _used(conn: Conn, tenant: str, placeholders: Sequence[str], inner: str,
           params: list[Any]) -> set[str]:
     rows = conn.execute(
-        "SELECT placeholder FROM pii_values v WHERE placeholder = ANY(%s) AND "
-        + _USED_BY.format(where=inner), (list(placeholders), *params)).fetchall()
+        "SELECT placeholder FROM pii_values v WHERE v.tenant_id = %s "
+        "AND placeholder = ANY(%s) AND " + _USED_BY.format(where=inner),
+        (tenant, list(placeholders), *params)).fetchall()
     return {r["placeholder"] for r in rows}
 
 
-def entries(conn: Conn, *, after: str, limit: int, limited: bool = False,
+def entries(conn: Conn, tenant: str, *, after: str, limit: int, limited: bool = False,
             scope: str | None = None, subject: str | None = None) -> list[dict[str, Any]]:
     """``placeholder``, ``kind``, ``created_at``, ``shredded_at`` of up to ``limit`` entries
     after ``after``, by placeholder; with ``limited``, only those a memory of ``scope``
@@ -148,34 +153,35 @@ def entries(conn: Conn, *, after: str, limit: int, limited: bool = False,
         where = " AND " + _USED_BY.format(where=inner)
     return conn.execute(
         "SELECT placeholder, kind, created_at, shredded_at FROM pii_values v "
-        f"WHERE placeholder > %s{where} ORDER BY placeholder LIMIT %s",
-        (after, *params, limit)).fetchall()
+        f"WHERE v.tenant_id = %s AND placeholder > %s{where} ORDER BY placeholder LIMIT %s",
+        (tenant, after, *params, limit)).fetchall()
 
 
-def used_within(conn: Conn, placeholders: Sequence[str], *, scope: str | None,
+def used_within(conn: Conn, tenant: str, placeholders: Sequence[str], *, scope: str | None,
                 subject: str | None) -> set[str]:
     """Those of ``placeholders`` a memory of ``scope`` and/or ``subject`` uses."""
-    return _used(conn, placeholders, *_limits(scope, subject))
+    return _used(conn, tenant, placeholders, *_limits(scope, subject))
 
 
-def used_outside(conn: Conn, placeholders: Sequence[str], *, scope: str | None,
+def used_outside(conn: Conn, tenant: str, placeholders: Sequence[str], *, scope: str | None,
                  subject: str | None) -> set[str]:
     """Those of ``placeholders`` a memory outside ``scope`` / ``subject`` also uses."""
-    return _used(conn, placeholders, *_limits(scope, subject, outside=True))
+    return _used(conn, tenant, placeholders, *_limits(scope, subject, outside=True))
 
 
-def entry(conn: Conn, placeholder: str) -> dict[str, Any] | None:
+def entry(conn: Conn, tenant: str, placeholder: str) -> dict[str, Any] | None:
     """The metadata of one entry (as :func:`entries`), or None."""
     return conn.execute(
         "SELECT placeholder, kind, created_at, shredded_at FROM pii_values "
-        "WHERE placeholder = %s", (placeholder,)).fetchone()
+        "WHERE tenant_id = %s AND placeholder = %s", (tenant, placeholder)).fetchone()
 
 
-def live_entries(conn: Conn) -> list[dict[str, Any]]:
+def live_entries(conn: Conn, tenant: str) -> list[dict[str, Any]]:
     """``placeholder``, ``kind``, ``created_at`` of every live entry, by placeholder."""
     return conn.execute(
         "SELECT placeholder, kind, created_at FROM pii_values "
-        "WHERE shredded_at IS NULL ORDER BY placeholder").fetchall()
+        "WHERE tenant_id = %s AND shredded_at IS NULL ORDER BY placeholder",
+        (tenant,)).fetchall()
 
 
 # -- key-encryption keys (operator paths: the owner's connection, every tenant) -----------

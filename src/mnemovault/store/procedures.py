@@ -1,7 +1,8 @@
 """SQL of procedural memory: the ``procedures`` and ``procedure_runs`` tables (migration
 ``0008_procedures``), and the ``memories`` rows of type ``procedure`` they hang off.
 
-Every function runs in the caller's transaction (tenant set for row-level security) and
+Every function runs in the caller's transaction (tenant set for row-level security; each
+statement names the tenant too, which on Citus routes it to one shard) and
 returns plain rows (dicts) or ids; the rules (validation, ranking, verdict precedence,
 what an erase or a prune may remove) live in :mod:`mnemovault.procedures`. Counters are
 changed by relative ``UPDATE``s (``runs = runs + 1``) under the procedure's row lock, so
@@ -58,10 +59,14 @@ def insert(conn: Conn, *, tenant: str, memory_id: uuid.UUID, scope: str, subject
               "content": content, "emb": embedding, "status": status, "now": now,
               "prov": Jsonb(provenance), "parent": parent_id, "version": version}
     if embedding is None:
+        # the parent's own tenant_id as the new row's: on Citus the INSERT ... SELECT then
+        # runs on the shard (a constant there makes Citus copy the row through the
+        # coordinator, which row-level security refuses)
         conn.execute(
-            f"INSERT INTO memories ({cols}) SELECT %(t)s, %(id)s, %(scope)s, %(subject)s, "
+            f"INSERT INTO memories ({cols}) SELECT tenant_id, %(id)s, %(scope)s, %(subject)s, "
             "'procedure', %(content)s, embedding, %(status)s, %(now)s, %(now)s, %(prov)s, "
-            "%(parent)s, %(version)s FROM memories WHERE id = %(parent)s", params)
+            "%(parent)s, %(version)s FROM memories WHERE tenant_id = %(t)s AND id = %(parent)s",
+            params)
     else:
         conn.execute(
             f"INSERT INTO memories ({cols}) VALUES (%(t)s, %(id)s, %(scope)s, %(subject)s, "
@@ -73,46 +78,52 @@ def insert(conn: Conn, *, tenant: str, memory_id: uuid.UUID, scope: str, subject
         (tenant, memory_id, name, intent, Jsonb(steps), now))
 
 
-def lock(conn: Conn, memory_id: uuid.UUID) -> dict[str, Any] | None:
+def lock(conn: Conn, tenant: str, memory_id: uuid.UUID) -> dict[str, Any] | None:
     """The procedure ``memory_id`` (:data:`PROCEDURE_COLUMNS`), its memory row locked
     ``FOR UPDATE``; None when there is no such procedure."""
-    return conn.execute(f"SELECT {PROCEDURE_COLUMNS} {_FROM} WHERE m.id = %s "
-                        "AND m.type = 'procedure' FOR UPDATE OF m", (memory_id,)).fetchone()
+    return conn.execute(f"SELECT {PROCEDURE_COLUMNS} {_FROM} WHERE m.tenant_id = %s "
+                        "AND m.id = %s AND m.type = 'procedure' FOR UPDATE OF m",
+                        (tenant, memory_id)).fetchone()
 
 
-def supersede(conn: Conn, memory_id: uuid.UUID, now: datetime) -> bool:
+def supersede(conn: Conn, tenant: str, memory_id: uuid.UUID, now: datetime) -> bool:
     """Mark procedure ``memory_id`` superseded; whether it was live until now."""
     row = conn.execute(
-        "UPDATE memories SET status = 'superseded', updated_at = %s WHERE id = %s "
-        "AND type = 'procedure' AND status <> 'superseded' RETURNING id",
-        (now, memory_id)).fetchone()
+        "UPDATE memories SET status = 'superseded', updated_at = %s WHERE tenant_id = %s "
+        "AND id = %s AND type = 'procedure' AND status <> 'superseded' RETURNING id",
+        (now, tenant, memory_id)).fetchone()
     return row is not None
 
 
-def supersede_parents_of_active(conn: Conn, ids: Sequence[uuid.UUID],
+def supersede_parents_of_active(conn: Conn, tenant: str, ids: Sequence[uuid.UUID],
                                 now: datetime) -> list[uuid.UUID]:
     """For the active procedures among ``ids`` that are versions, mark their parents
     superseded; the parents changed, sorted."""
     rows = conn.execute(
         "UPDATE memories p SET status = 'superseded', updated_at = %s FROM memories c "
-        "WHERE c.tenant_id = p.tenant_id AND c.parent_id = p.id AND c.id = ANY(%s) "
-        "AND c.type = 'procedure' AND c.status = 'active' AND p.status <> 'superseded' "
-        "RETURNING p.id", (now, list(ids))).fetchall()
+        "WHERE p.tenant_id = %s AND c.tenant_id = p.tenant_id AND c.parent_id = p.id "
+        "AND c.id = ANY(%s) AND c.type = 'procedure' AND c.status = 'active' "
+        "AND p.status <> 'superseded' RETURNING p.id", (now, tenant, list(ids))).fetchall()
     return sorted(r["id"] for r in rows)
 
 
 # -- read ------------------------------------------------------------------------------
-def get(conn: Conn, memory_id: uuid.UUID) -> dict[str, Any] | None:
+def get(conn: Conn, tenant: str, memory_id: uuid.UUID) -> dict[str, Any] | None:
     """One procedure (:data:`PROCEDURE_COLUMNS`), whatever its status."""
-    return conn.execute(f"SELECT {PROCEDURE_COLUMNS} {_FROM} WHERE m.id = %s",
-                        (memory_id,)).fetchone()
+    return conn.execute(f"SELECT {PROCEDURE_COLUMNS} {_FROM} WHERE m.tenant_id = %s "
+                        "AND m.id = %s", (tenant, memory_id)).fetchone()
 
 
-def recent_runs(conn: Conn, memory_id: uuid.UUID, limit: int) -> list[dict[str, Any]]:
-    """The newest ``limit`` runs of a procedure (:data:`RUN_COLUMNS`), newest first."""
-    return conn.execute(f"SELECT {RUN_COLUMNS} FROM procedure_runs r WHERE r.procedure_id "
-                        "= %s ORDER BY r.ran_at DESC, r.id DESC LIMIT %s",
-                        (memory_id, limit)).fetchall()
+def recent_runs(conn: Conn, tenant: str, memory_id: uuid.UUID,
+                limit: int, *, subject: str | None = None) -> list[dict[str, Any]]:
+    """The newest ``limit`` runs of a procedure (:data:`RUN_COLUMNS`), newest first; with
+    ``subject`` (as stored: a subject-limited key's limit) only that subject's runs."""
+    cond = "" if subject is None else " AND r.subject_id = %(subject)s"
+    return conn.execute(f"SELECT {RUN_COLUMNS} FROM procedure_runs r WHERE r.tenant_id = "
+                        f"%(t)s AND r.procedure_id = %(id)s{cond} "
+                        "ORDER BY r.ran_at DESC, r.id DESC LIMIT %(limit)s",
+                        {"t": tenant, "id": memory_id, "limit": limit,
+                         "subject": subject}).fetchall()
 
 
 def candidates(conn: Conn, qvec: np.ndarray[Any, Any], *, tenant: str, scope: str,
@@ -163,13 +174,14 @@ def insert_run(conn: Conn, *, tenant: str, run_id: uuid.UUID, procedure_id: uuid
         (tenant, run_id, procedure_id, scope, subject, ran_at, duration_ms, agent_verdict,
          evaluator, evaluator_verdict, score, Jsonb(provenance))).fetchone()
     assert run is not None
-    counters = bump(conn, procedure_id, runs=1, successes=int(run["success"]),
+    counters = bump(conn, tenant, procedure_id, runs=1, successes=int(run["success"]),
                     judged_runs=int(run["judged"]),
                     judged_successes=int(run["success"] and run["judged"]), used_at=ran_at)
     return {**counters, "success": run["success"], "judged": run["judged"]}
 
 
-def bump(conn: Conn, procedure_id: uuid.UUID, *, runs: int = 0, successes: int = 0,
+def bump(conn: Conn, tenant: str, procedure_id: uuid.UUID, *, runs: int = 0,
+         successes: int = 0,
          judged_runs: int = 0, judged_successes: int = 0,
          used_at: datetime | None = None) -> dict[str, Any]:
     """Add the deltas to a procedure's counters (and widen first/last use to ``used_at``);
@@ -181,21 +193,21 @@ def bump(conn: Conn, procedure_id: uuid.UUID, *, runs: int = 0, successes: int =
         "  ELSE least(first_used, %(at)s) END, "
         "last_used = CASE WHEN %(at)s::timestamptz IS NULL THEN last_used "
         "  ELSE greatest(last_used, %(at)s) END "
-        "WHERE memory_id = %(id)s RETURNING runs, successes, judged_runs, judged_successes, "
-        "first_used, last_used",
+        "WHERE tenant_id = %(t)s AND memory_id = %(id)s RETURNING runs, successes, "
+        "judged_runs, judged_successes, first_used, last_used",
         {"r": runs, "s": successes, "j": judged_runs, "js": judged_successes, "at": used_at,
-         "id": procedure_id}).fetchone()
+         "id": procedure_id, "t": tenant}).fetchone()
     assert row is not None
     return dict(row)
 
 
-def lock_run(conn: Conn, run_id: uuid.UUID) -> dict[str, Any] | None:
+def lock_run(conn: Conn, tenant: str, run_id: uuid.UUID) -> dict[str, Any] | None:
     """One run (:data:`RUN_COLUMNS`) locked ``FOR UPDATE``, or None."""
-    return conn.execute(f"SELECT {RUN_COLUMNS} FROM procedure_runs r WHERE r.id = %s "
-                        "FOR UPDATE", (run_id,)).fetchone()
+    return conn.execute(f"SELECT {RUN_COLUMNS} FROM procedure_runs r WHERE r.tenant_id = %s "
+                        "AND r.id = %s FOR UPDATE", (tenant, run_id)).fetchone()
 
 
-def set_feedback(conn: Conn, run_id: uuid.UUID, *, scores: dict[str, float | None],
+def set_feedback(conn: Conn, tenant: str, run_id: uuid.UUID, *, scores: dict[str, float | None],
                  person_verdict: str | None, agent_verdict: str | None,
                  at: datetime) -> dict[str, Any]:
     """Store feedback on a run: the scores given (``accuracy``, ``efficiency``,
@@ -208,57 +220,60 @@ def set_feedback(conn: Conn, run_id: uuid.UUID, *, scores: dict[str, float | Non
         "feedback_satisfaction = coalesce(%(s)s, feedback_satisfaction), "
         "person_verdict = coalesce(%(pv)s, person_verdict), "
         "agent_verdict = coalesce(%(av)s, agent_verdict), feedback_at = %(at)s "
-        f"WHERE r.id = %(id)s RETURNING {RUN_COLUMNS}",
+        f"WHERE r.tenant_id = %(t)s AND r.id = %(id)s RETURNING {RUN_COLUMNS}",
         {"a": scores.get("accuracy"), "e": scores.get("efficiency"),
          "s": scores.get("satisfaction"), "pv": person_verdict, "av": agent_verdict,
-         "at": at, "id": run_id}).fetchone()
+         "at": at, "id": run_id, "t": tenant}).fetchone()
     assert row is not None
     return dict(row)
 
 
 # -- prune -----------------------------------------------------------------------------
-def old_runs(conn: Conn, before: datetime, *, delete: bool) -> int:
+def old_runs(conn: Conn, tenant: str, before: datetime, *, delete: bool) -> int:
     """How many runs ran before ``before``; with ``delete`` they are deleted (counters
     are kept: they summarise every run ever recorded)."""
     if delete:
-        cur = conn.execute("DELETE FROM procedure_runs WHERE ran_at < %s", (before,))
+        cur = conn.execute("DELETE FROM procedure_runs WHERE tenant_id = %s AND ran_at < %s",
+                           (tenant, before))
         return cur.rowcount
-    row = conn.execute("SELECT count(*) AS n FROM procedure_runs WHERE ran_at < %s",
-                       (before,)).fetchone()
+    row = conn.execute("SELECT count(*) AS n FROM procedure_runs WHERE tenant_id = %s "
+                       "AND ran_at < %s", (tenant, before)).fetchone()
     return int(row["n"]) if row else 0
 
 
-def unused(conn: Conn, before: datetime) -> list[uuid.UUID]:
+def unused(conn: Conn, tenant: str, before: datetime) -> list[uuid.UUID]:
     """Unpinned procedures last used (or, never used, created) before ``before``, in id
     order."""
     rows = conn.execute(
-        f"SELECT m.id {_FROM} WHERE m.type = 'procedure' AND NOT m.pinned "
-        "AND coalesce(p.last_used, m.created_at) < %s ORDER BY m.id", (before,)).fetchall()
+        f"SELECT m.id {_FROM} WHERE m.tenant_id = %s AND m.type = 'procedure' "
+        "AND NOT m.pinned AND coalesce(p.last_used, m.created_at) < %s ORDER BY m.id",
+        (tenant, before)).fetchall()
     return [r["id"] for r in rows]
 
 
 # -- subjects --------------------------------------------------------------------------
-def subject_runs(conn: Conn, *, scope: str, subject: str, after: uuid.UUID | None,
-                 limit: int) -> list[dict[str, Any]]:
+def subject_runs(conn: Conn, tenant: str, *, scope: str, subject: str,
+                 after: uuid.UUID | None, limit: int) -> list[dict[str, Any]]:
     """Runs of ``subject`` in ``scope`` (as stored), oldest id first, after ``after``; at
     most ``limit`` (:data:`RUN_COLUMNS`)."""
     return conn.execute(
-        f"SELECT {RUN_COLUMNS} FROM procedure_runs r WHERE r.scope = %s AND r.subject_id = %s "
-        "AND (%s::uuid IS NULL OR r.id > %s) ORDER BY r.id LIMIT %s",
-        (scope, subject, after, after, limit)).fetchall()
+        f"SELECT {RUN_COLUMNS} FROM procedure_runs r WHERE r.tenant_id = %s AND r.scope = %s "
+        "AND r.subject_id = %s AND (%s::uuid IS NULL OR r.id > %s) ORDER BY r.id LIMIT %s",
+        (tenant, scope, subject, after, after, limit)).fetchall()
 
 
-def subject_procedures(conn: Conn, *, scope: str, subject: str, after: uuid.UUID | None,
-                       limit: int) -> list[dict[str, Any]]:
+def subject_procedures(conn: Conn, tenant: str, *, scope: str, subject: str,
+                       after: uuid.UUID | None, limit: int) -> list[dict[str, Any]]:
     """Procedures of ``subject`` in ``scope`` (as stored), every status, oldest id first,
     after ``after``; at most ``limit`` (:data:`PROCEDURE_COLUMNS`)."""
     return conn.execute(
-        f"SELECT {PROCEDURE_COLUMNS} {_FROM} WHERE m.scope = %s AND m.subject_id = %s "
-        "AND (%s::uuid IS NULL OR m.id > %s) ORDER BY m.id LIMIT %s",
-        (scope, subject, after, after, limit)).fetchall()
+        f"SELECT {PROCEDURE_COLUMNS} {_FROM} WHERE m.tenant_id = %s AND m.scope = %s "
+        "AND m.subject_id = %s AND (%s::uuid IS NULL OR m.id > %s) ORDER BY m.id LIMIT %s",
+        (tenant, scope, subject, after, after, limit)).fetchall()
 
 
-def delete_subject_runs(conn: Conn, *, scope: str, subject: str) -> list[dict[str, Any]]:
+def delete_subject_runs(conn: Conn, tenant: str, *, scope: str,
+                        subject: str) -> list[dict[str, Any]]:
     """Delete the runs of ``subject`` in ``scope`` on procedures that are not the
     subject's own, and take them out of those procedures' counters (first and last use
     recomputed from the runs that remain). Returns one row per procedure adjusted:
@@ -266,8 +281,9 @@ def delete_subject_runs(conn: Conn, *, scope: str, subject: str) -> list[dict[st
     ``judged_successes``)."""
     rows = conn.execute(
         "WITH gone AS ("
-        " DELETE FROM procedure_runs r USING memories m WHERE m.tenant_id = r.tenant_id "
-        " AND m.id = r.procedure_id AND r.scope = %(scope)s AND r.subject_id = %(subject)s "
+        " DELETE FROM procedure_runs r USING memories m WHERE r.tenant_id = %(t)s "
+        " AND m.tenant_id = r.tenant_id AND m.id = r.procedure_id AND r.scope = %(scope)s "
+        " AND r.subject_id = %(subject)s "
         " AND m.subject_id IS DISTINCT FROM %(subject)s "
         " RETURNING r.procedure_id, r.success, r.judged"
         "), sums AS ("
@@ -279,43 +295,46 @@ def delete_subject_runs(conn: Conn, *, scope: str, subject: str) -> list[dict[st
         ") UPDATE procedures p SET runs = p.runs - s.runs, "
         " successes = p.successes - s.successes, judged_runs = p.judged_runs - s.judged_runs, "
         " judged_successes = p.judged_successes - s.judged_successes "
-        "FROM sums s WHERE p.memory_id = s.procedure_id "
+        "FROM sums s WHERE p.tenant_id = %(t)s AND p.memory_id = s.procedure_id "
         "RETURNING s.procedure_id, s.runs, s.successes, s.judged_runs, s.judged_successes",
-        {"scope": scope, "subject": subject}).fetchall()
+        {"scope": scope, "subject": subject, "t": tenant}).fetchall()
     ids = [r["procedure_id"] for r in rows]
     if ids:  # a separate statement: the CTE's DELETE is not visible to its own UPDATE
         conn.execute(
             "UPDATE procedures p SET first_used = u.first_used, last_used = u.last_used "
             "FROM (SELECT i AS id, (SELECT min(ran_at) FROM procedure_runs r "
-            "WHERE r.procedure_id = i) AS first_used, (SELECT max(ran_at) FROM "
-            "procedure_runs r WHERE r.procedure_id = i) AS last_used "
-            "FROM unnest(%s::uuid[]) AS i) u WHERE p.memory_id = u.id", (ids,))
+            "WHERE r.tenant_id = %(t)s AND r.procedure_id = i) AS first_used, "
+            "(SELECT max(ran_at) FROM procedure_runs r WHERE r.tenant_id = %(t)s "
+            "AND r.procedure_id = i) AS last_used "
+            "FROM unnest(%(ids)s::uuid[]) AS i) u WHERE p.tenant_id = %(t)s "
+            "AND p.memory_id = u.id", {"ids": ids, "t": tenant})
     return [dict(r) for r in rows]
 
 
-def stored_texts(conn: Conn, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+def stored_texts(conn: Conn, tenant: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
     """Per procedure, every stored free-text field of it and of its remaining runs, joined
     (where its placeholders can be)."""
     rows = conn.execute(
         "SELECT m.id, concat_ws(' ', m.content, m.scope, m.subject_id, m.key, "
         "m.provenance::text, p.name, p.intent, p.steps::text, "
         "(SELECT string_agg(concat_ws(' ', r.subject_id, r.evaluator, r.provenance::text), "
-        "' ') FROM procedure_runs r WHERE r.procedure_id = m.id)) AS texts "
-        f"{_FROM} WHERE m.id = ANY(%s)", (list(ids),)).fetchall()
+        "' ') FROM procedure_runs r WHERE r.tenant_id = m.tenant_id "
+        "AND r.procedure_id = m.id)) AS texts "
+        f"{_FROM} WHERE m.tenant_id = %s AND m.id = ANY(%s)", (tenant, list(ids))).fetchall()
     return {r["id"]: r["texts"] or "" for r in rows}
 
 
-def supported_nodes(conn: Conn, memory_id: uuid.UUID) -> list[str]:
+def supported_nodes(conn: Conn, tenant: str, memory_id: uuid.UUID) -> list[str]:
     """The graph nodes ``memory_id`` supports, sorted."""
-    rows = conn.execute("SELECT node_id FROM graph_node_support WHERE memory_id = %s "
-                        "ORDER BY node_id", (memory_id,)).fetchall()
+    rows = conn.execute("SELECT node_id FROM graph_node_support WHERE tenant_id = %s "
+                        "AND memory_id = %s ORDER BY node_id", (tenant, memory_id)).fetchall()
     return [r["node_id"] for r in rows]
 
 
-def release_nodes(conn: Conn, memory_id: uuid.UUID, nodes: Sequence[str]) -> None:
+def release_nodes(conn: Conn, tenant: str, memory_id: uuid.UUID, nodes: Sequence[str]) -> None:
     """Remove ``memory_id``'s support of ``nodes`` (and of the edges touching them)."""
-    conn.execute("DELETE FROM graph_edge_support WHERE memory_id = %s "
+    conn.execute("DELETE FROM graph_edge_support WHERE tenant_id = %s AND memory_id = %s "
                  "AND (source_node = ANY(%s) OR target_node = ANY(%s))",
-                 (memory_id, list(nodes), list(nodes)))
-    conn.execute("DELETE FROM graph_node_support WHERE memory_id = %s AND node_id = ANY(%s)",
-                 (memory_id, list(nodes)))
+                 (tenant, memory_id, list(nodes), list(nodes)))
+    conn.execute("DELETE FROM graph_node_support WHERE tenant_id = %s AND memory_id = %s "
+                 "AND node_id = ANY(%s)", (tenant, memory_id, list(nodes)))

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import psycopg
 
+from mnemovault.store.db import tenant_of
+
 
 def filter_sql(tenant: str, scope: str, *, include_archived: bool = False,
                subject: str | None = None, types: list[str] | None = None,
@@ -250,10 +252,12 @@ def text_candidates_recount(
 def lexical_stats(conn: psycopg.Connection[Any], scope: str) -> dict[str, Any]:
     """The maintained corpus statistics of ``scope`` in the current tenant: ``doc_count``,
     ``total_length`` (0 for an empty scope) and ``df`` (lexeme -> document frequency)."""
+    tenant = tenant_of(conn)
     row = conn.execute("SELECT doc_count, total_length FROM lexical_scope_stats "
-                       "WHERE scope = %s", (scope,)).fetchone()
+                       "WHERE tenant_id = %s AND scope = %s", (tenant, scope)).fetchone()
     df = {r["lexeme"]: int(r["df"]) for r in conn.execute(
-        "SELECT lexeme, df FROM lexical_df WHERE scope = %s", (scope,))}
+        "SELECT lexeme, df FROM lexical_df WHERE tenant_id = %s AND scope = %s",
+        (tenant, scope))}
     return {"doc_count": int(row["doc_count"]) if row else 0,
             "total_length": int(row["total_length"]) if row else 0, "df": df}
 
@@ -261,12 +265,13 @@ def lexical_stats(conn: psycopg.Connection[Any], scope: str) -> dict[str, Any]:
 def lexical_recount(conn: psycopg.Connection[Any], scope: str) -> dict[str, Any]:
     """The same statistics recounted from the live memories of ``scope`` (the reference
     for :func:`lexical_stats`)."""
+    tenant = tenant_of(conn)
     row = conn.execute("SELECT count(*) AS n, coalesce(sum(tsv_length), 0) AS len "
-                       "FROM memories WHERE scope = %s AND status = 'active' "
-                       "AND NOT archived", (scope,)).fetchone()
+                       "FROM memories WHERE tenant_id = %s AND scope = %s "
+                       "AND status = 'active' AND NOT archived", (tenant, scope)).fetchone()
     df = {r["lexeme"]: int(r["df"]) for r in conn.execute(
         "SELECT u.lexeme, count(*) AS df FROM memories m, unnest(m.tsv) u "
-        "WHERE m.scope = %s AND m.status = 'active' AND NOT m.archived "
-        "GROUP BY u.lexeme", (scope,))}
+        "WHERE m.tenant_id = %s AND m.scope = %s AND m.status = 'active' "
+        "AND NOT m.archived GROUP BY u.lexeme", (tenant, scope))}
     assert row is not None  # an aggregate always answers one row
     return {"doc_count": int(row["n"]), "total_length": int(row["len"]), "df": df}

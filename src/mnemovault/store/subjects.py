@@ -3,7 +3,8 @@ locks that make a write and an erase of the same subject conflict, the rows of a
 listing or export, and the in-place content replacement of a rectification.
 
 Tables read or written: ``memories`` (and ``memory_lineage`` for an export's lineage).
-Every function runs in the caller's transaction, tenant set for row-level security.
+Every function runs in the caller's transaction, tenant set for row-level security, and
+names the tenant in its statements too (``tenant_id = ...``: on Citus, one shard).
 
 Lock protocol (:func:`lock_for_write`, :func:`lock_for_erase`): transaction-level advisory
 locks on a 64-bit key per (tenant, scope, subject) and per (tenant, scope) as a whole. A
@@ -85,110 +86,121 @@ def lock_for_erase(conn: Conn, tenant: str, scope: str, subject: str | None) -> 
                        "was erased and retrying is safe", field="subject")
 
 
-def target_ids(conn: Conn, scope: str, subject: str | None, *,
+def target_ids(conn: Conn, tenant: str, scope: str, subject: str | None, *,
                lock: bool = False) -> list[uuid.UUID]:
     """Ids of every memory of ``subject`` in ``scope`` (None: every memory of the scope),
     any status, in id order; locked ``FOR UPDATE`` with ``lock``."""
-    sql = "SELECT id FROM memories WHERE scope = %s"
-    params: tuple[str, ...] = (scope,)
+    sql = "SELECT id FROM memories WHERE tenant_id = %s AND scope = %s"
+    params: tuple[str, ...] = (tenant, scope)
     if subject is not None:
-        sql, params = sql + " AND subject_id = %s", (scope, subject)
+        sql, params = sql + " AND subject_id = %s", (tenant, scope, subject)
     rows = conn.execute(sql + " ORDER BY id" + (" FOR UPDATE" if lock else ""),
                         params).fetchall()
     return [r["id"] for r in rows]
 
 
-def rows(conn: Conn, ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
+def rows(conn: Conn, tenant: str, ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
     """The rows of ``ids`` (:data:`~mnemovault.store.memories.COLUMNS`: never the
     embedding), in id order."""
-    return conn.execute(f"SELECT {COLUMNS} FROM memories WHERE id = ANY(%s) ORDER BY id",
-                        (list(ids),)).fetchall()
+    return conn.execute(f"SELECT {COLUMNS} FROM memories WHERE tenant_id = %s "
+                        "AND id = ANY(%s) ORDER BY id", (tenant, list(ids))).fetchall()
 
 
-def lineage_sources(conn: Conn, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[uuid.UUID]]:
+def lineage_sources(conn: Conn, tenant: str,
+                    ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[uuid.UUID]]:
     """``{memory id: [source ids, sorted]}`` for those of ``ids`` derived from others."""
     out: dict[uuid.UUID, list[uuid.UUID]] = {}
     for r in conn.execute("SELECT memory_id, source_id FROM memory_lineage "
-                          "WHERE memory_id = ANY(%s) ORDER BY memory_id, source_id",
-                          (list(ids),)).fetchall():
+                          "WHERE tenant_id = %s AND memory_id = ANY(%s) "
+                          "ORDER BY memory_id, source_id", (tenant, list(ids))).fetchall():
         out.setdefault(r["memory_id"], []).append(r["source_id"])
     return out
 
 
-def lock_memory(conn: Conn, memory_id: uuid.UUID) -> dict[str, Any] | None:
+def lock_memory(conn: Conn, tenant: str, memory_id: uuid.UUID) -> dict[str, Any] | None:
     """One memory row (:data:`~mnemovault.store.memories.COLUMNS`) locked ``FOR UPDATE``,
     or None."""
-    return conn.execute(f"SELECT {COLUMNS} FROM memories WHERE id = %s FOR UPDATE",
-                        (memory_id,)).fetchone()
+    return conn.execute(f"SELECT {COLUMNS} FROM memories WHERE tenant_id = %s AND id = %s "
+                        "FOR UPDATE", (tenant, memory_id)).fetchone()
 
 
-def replace_content(conn: Conn, memory_id: uuid.UUID, content: str, embedding: Any,
-                    now: datetime) -> dict[str, Any]:
+def replace_content(conn: Conn, tenant: str, memory_id: uuid.UUID, content: str,
+                    embedding: Any, now: datetime) -> dict[str, Any]:
     """Replace a memory's content and embedding in place (a rectification): the version
     goes up by one, ``updated_at`` is ``now``; the new row (COLUMNS)."""
     row = conn.execute(
         f"UPDATE memories SET content = %s, embedding = %s, version = version + 1, "
-        f"updated_at = %s WHERE id = %s RETURNING {COLUMNS}",
-        (content, embedding, now, memory_id)).fetchone()
+        f"updated_at = %s WHERE tenant_id = %s AND id = %s RETURNING {COLUMNS}",
+        (content, embedding, now, tenant, memory_id)).fetchone()
     assert row is not None
     return row
 
 
-def vault_entries(conn: Conn, placeholders: Sequence[str]) -> list[dict[str, Any]]:
+def vault_entries(conn: Conn, tenant: str, placeholders: Sequence[str]) -> list[dict[str, Any]]:
     """``placeholder``, ``kind``, ``created_at``, ``shredded_at`` of the vault entries among
     ``placeholders`` (read from ``pii_values``; metadata only), by placeholder."""
     return conn.execute(
         "SELECT placeholder, kind, created_at, shredded_at FROM pii_values "
-        "WHERE placeholder = ANY(%s) ORDER BY placeholder", (list(placeholders),)).fetchall()
+        "WHERE tenant_id = %s AND placeholder = ANY(%s) ORDER BY placeholder",
+        (tenant, list(placeholders))).fetchall()
 
 
 def _target_where(alias: str, subject: str | None) -> str:
-    where = f"{alias}.scope = %(scope)s"
+    where = f"{alias}.tenant_id = %(tenant)s AND {alias}.scope = %(scope)s"
     if subject is not None:
         where += f" AND {alias}.subject_id = %(subject)s"
     return where
 
 
-def neighbours(conn: Conn, scope: str, subject: str | None) -> tuple[set[uuid.UUID],
-                                                                    set[uuid.UUID]]:
+def neighbours(conn: Conn, tenant: str, scope: str,
+               subject: str | None) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
     """The memories outside the target (every memory of ``subject`` in ``scope``; with
     ``subject`` None the whole scope) one link away from it, in one statement run in the
     server: (other versions of a target memory: same scope and key, or parent/child by
     ``parent_id``; memories derived from a target memory through ``memory_lineage``).
-    The forget walk's first step out of the target, without sending its ids anywhere."""
-    params: dict[str, Any] = {"scope": scope, "subject": subject}
+    The forget walk's first step out of the target, without sending its ids anywhere.
+
+    With a ``subject``, a version link is followed only to a row of the same subject (the
+    ``key`` is unique per scope, so another subject's later write of the same key is a
+    version of the subject's row by ``parent_id``: it is not the subject's to erase)."""
+    params: dict[str, Any] = {"scope": scope, "subject": subject, "tenant": tenant}
     t = _target_where("m", subject)
+    same = " AND o.subject_id = %(subject)s" if subject is not None else ""
     rows = conn.execute(
         f"WITH d AS MATERIALIZED (SELECT m.id, m.parent_id, m.key FROM memories m WHERE {t}) "
         "SELECT x.id, x.link FROM ("
         "  SELECT o.id, 'version' AS link FROM d JOIN memories o "
-        "    ON o.scope = %(scope)s AND o.key = d.key WHERE d.key IS NOT NULL"
-        "  UNION SELECT o.id, 'version' FROM d JOIN memories o ON o.id = d.parent_id"
-        "  UNION SELECT o.id, 'version' FROM d JOIN memories o ON o.parent_id = d.id"
+        f"    ON o.tenant_id = %(tenant)s AND o.scope = %(scope)s AND o.key = d.key{same} "
+        "    WHERE d.key IS NOT NULL"
+        "  UNION SELECT o.id, 'version' FROM d JOIN memories o "
+        f"    ON o.tenant_id = %(tenant)s AND o.id = d.parent_id{same}"
+        "  UNION SELECT o.id, 'version' FROM d JOIN memories o "
+        f"    ON o.tenant_id = %(tenant)s AND o.parent_id = d.id{same}"
         "  UNION SELECT l.memory_id, 'derived' FROM d JOIN memory_lineage l "
-        "    ON l.source_id = d.id"
+        "    ON l.tenant_id = %(tenant)s AND l.source_id = d.id"
         ") x WHERE NOT EXISTS (SELECT 1 FROM d WHERE d.id = x.id)", params).fetchall()
     versions = {r["id"] for r in rows if r["link"] == "version"}
     return versions, {r["id"] for r in rows if r["link"] == "derived"} - versions
 
 
-def in_target(conn: Conn, ids: Sequence[uuid.UUID], scope: str,
+def in_target(conn: Conn, tenant: str, ids: Sequence[uuid.UUID], scope: str,
               subject: str | None) -> set[uuid.UUID]:
     """Those of ``ids`` that belong to the target themselves."""
     if not ids:
         return set()
-    params: dict[str, Any] = {"scope": scope, "subject": subject, "ids": list(ids)}
+    params: dict[str, Any] = {"scope": scope, "subject": subject, "ids": list(ids),
+                              "tenant": tenant}
     return {r["id"] for r in conn.execute(
         f"SELECT m.id FROM memories m WHERE m.id = ANY(%(ids)s) AND "
         f"{_target_where('m', subject)}", params).fetchall()}
 
 
-def target_page(conn: Conn, scope: str, subject: str | None, after: uuid.UUID | None,
-                limit: int) -> list[uuid.UUID]:
+def target_page(conn: Conn, tenant: str, scope: str, subject: str | None,
+                after: uuid.UUID | None, limit: int) -> list[uuid.UUID]:
     """Up to ``limit`` ids of the target's own memories after ``after``, in id order (the
     ``memories_scope_subject`` index)."""
     params: dict[str, Any] = {"scope": scope, "subject": subject, "limit": limit,
-                              "after": after}
+                              "after": after, "tenant": tenant}
     cond = " AND m.id > %(after)s" if after is not None else ""
     return [r["id"] for r in conn.execute(
         f"SELECT m.id FROM memories m WHERE {_target_where('m', subject)}{cond} "

@@ -214,30 +214,32 @@ def fail_export(conn: Conn, tenant: str, job_id: uuid.UUID, *, error: str,
         "WHERE tenant_id = %s AND job_id = %s", (final, final, error, tenant, job_id))
 
 
-# -- what an export reads (the connection's tenant, under row-level security) --------------
-def export_counts(conn: Conn) -> dict[str, int]:
+# -- what an export reads (the tenant named, and under row-level security) ----------------
+def export_counts(conn: Conn, tenant: str) -> dict[str, int]:
     """Rows of each exported kind: ``memories``, ``vault``, ``audit``, ``checkpoints``."""
     row = conn.execute(
-        "SELECT (SELECT count(*) FROM memories) AS memories, "
-        "(SELECT count(*) FROM pii_values) AS vault, "
-        "(SELECT count(*) FROM audit_log) AS audit, "
-        "(SELECT count(*) FROM audit_checkpoints) AS checkpoints").fetchone()
+        "SELECT (SELECT count(*) FROM memories WHERE tenant_id = %(t)s) AS memories, "
+        "(SELECT count(*) FROM pii_values WHERE tenant_id = %(t)s) AS vault, "
+        "(SELECT count(*) FROM audit_log WHERE tenant_id = %(t)s) AS audit, "
+        "(SELECT count(*) FROM audit_checkpoints WHERE tenant_id = %(t)s) AS checkpoints",
+        {"t": tenant}).fetchone()
     assert row is not None
     return {k: int(v) for k, v in row.items()}
 
 
-def memories_after(conn: Conn, after: uuid.UUID | None, limit: int) -> list[dict[str, Any]]:
+def memories_after(conn: Conn, tenant: str, after: uuid.UUID | None,
+                   limit: int) -> list[dict[str, Any]]:
     """Up to ``limit`` memories with ``id > after`` (None: from the first), by id, each as
     ``{"id": uuid, "row": {column: JSON value}}``: every column but the embedding and the
     derived full-text columns (columns added by later migrations are included as they
     come)."""
     return list(conn.execute(
         "SELECT id, to_jsonb(m) - 'embedding' - 'tsv' - 'tsv_length' - 'tenant_id' AS row "
-        "FROM memories m WHERE (%s::uuid IS NULL OR id > %s) ORDER BY id LIMIT %s",
-        (after, after, limit)).fetchall())
+        "FROM memories m WHERE tenant_id = %s AND (%s::uuid IS NULL OR id > %s) "
+        "ORDER BY id LIMIT %s", (tenant, after, after, limit)).fetchall())
 
 
-def vault_after(conn: Conn, after: str, limit: int) -> list[dict[str, Any]]:
+def vault_after(conn: Conn, tenant: str, after: str, limit: int) -> list[dict[str, Any]]:
     """Up to ``limit`` vault entries with ``placeholder > after``, by placeholder, as
     stored (still encrypted): ``placeholder``, ``kind``, ``created_at``, ``shredded_at``,
     ``nonce``, ``ciphertext``, ``fingerprint``, ``ntokens``, ``head`` and the entry's wrapped
@@ -246,20 +248,22 @@ def vault_after(conn: Conn, after: str, limit: int) -> list[dict[str, Any]]:
         "SELECT v.placeholder, v.kind, v.created_at, v.shredded_at, v.nonce, v.ciphertext, "
         "v.fingerprint, v.ntokens, v.head, d.kek_version, d.nonce AS dek_nonce, d.wrapped_dek "
         "FROM pii_values v LEFT JOIN pii_deks d USING (tenant_id, placeholder) "
-        "WHERE v.placeholder > %s ORDER BY v.placeholder LIMIT %s", (after, limit)).fetchall())
+        "WHERE v.tenant_id = %s AND v.placeholder > %s ORDER BY v.placeholder LIMIT %s",
+        (tenant, after, limit)).fetchall())
 
 
-def wrapped_secrets(conn: Conn) -> list[dict[str, Any]]:
+def wrapped_secrets(conn: Conn, tenant: str) -> list[dict[str, Any]]:
     """The tenant's wrapped secret (``kek_version``, ``nonce``, ``wrapped_secret``)."""
     return list(conn.execute(
-        "SELECT kek_version, nonce, wrapped_secret, created_at FROM pii_tenant_keys"
-    ).fetchall())
+        "SELECT kek_version, nonce, wrapped_secret, created_at FROM pii_tenant_keys "
+        "WHERE tenant_id = %s", (tenant,)).fetchall())
 
 
-def checkpoints(conn: Conn) -> list[dict[str, Any]]:
+def checkpoints(conn: Conn, tenant: str) -> list[dict[str, Any]]:
     """Every signed checkpoint of the tenant's audit chain, by size."""
     return list(conn.execute(
-        "SELECT size, root, note, created_at FROM audit_checkpoints ORDER BY size").fetchall())
+        "SELECT size, root, note, created_at FROM audit_checkpoints WHERE tenant_id = %s "
+        "ORDER BY size", (tenant,)).fetchall())
 
 
 # -- hard delete (operator path: the owner's connection) -----------------------------------

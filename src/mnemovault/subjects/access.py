@@ -22,7 +22,25 @@ The export is everything about the subject in one document of the format
                    "pinned", "archived", "created_at", "updated_at", "last_accessed_at",
                    "access_count", "provenance", "parent_id", "version", "derived_from",
                    "reason"}, ...],
+     "procedures": [{"id", "scope", "subject", "content", "status", "name", "intent",
+                     "steps", "runs", "successes", ..., "provenance"}, ...],
+     "runs": [{"id", "procedure_id", "scope", "subject", "ran_at", "duration_ms",
+               "agent_verdict", ..., "provenance", "success", "judged"}, ...],
      "vault_entries": [{"placeholder", "kind", "created_at", "shredded_at", "value"?}, ...]}
+
+``procedures`` are the subject's own procedures in the scope (also among ``memories``,
+type ``procedure``) with their steps and counters; ``runs`` are every run of the subject in
+the scope, on any procedure (also on other owners' procedures: the erase removes those and
+adjusts their counters; issue 12 item 7). Runs of *other* subjects on the subject's own
+procedures are theirs, not the subject's, and are not exported (the erase removes them
+with the procedure all the same). The keyset listing stays a listing of memories (a
+procedure is a memory, so the subject's procedures are in it); the runs are in the export.
+
+A key limited to a subject (or scope) never sees a row outside its limits here either
+(the rule of ``get``): the versions and derived memories an erase would reach outside the
+key's limits are left out of its listing and export, and its erase of such a subject is
+refused (:func:`mnemovault.subjects.erase.erase`), so what the key lists is still exactly
+what its erase would remove.
 
 Personal values stay placeholders unless the caller holds ``pii:reveal`` and asks
 (``reveal``): then they are resolved in ``scope``, ``subject``, ``key``, ``content`` and
@@ -47,12 +65,15 @@ from mnemovault.models import Memory, Page
 from mnemovault.pii import service as pii
 from mnemovault.pii.vault import PLACEHOLDER_RE
 from mnemovault.pii.vault import render as render_text
+from mnemovault.procedures import subjects as procedure_subjects
 from mnemovault.runtime import Runtime
 from mnemovault.store import subjects as subject_store
 from mnemovault.subjects.erase import fingerprint, target_of
 
 FORMAT = "mnemovault-subject-export/1"
 SCHEMA_PATH = "docs/schemas/subject-export.schema.json"
+PAGE = 1000
+"""Rows per statement when the export gathers a subject's procedures and runs."""
 
 
 def _check(who: Principal, subject: str, scope: str) -> tuple[str, str]:
@@ -83,10 +104,12 @@ def list_memories(rt: Runtime, who: Principal, subject: str, *, scope: str, limi
         keys = rt.pii.tenant_keys(conn, who.tenant)
         target = target_of(scope, subject, tr, keys)
         versions, derived = forget_mod.extras(conn, target)
-        extra = [i for i in sorted({*versions, *derived}) if after is None or i > after]
-        own = subject_store.target_page(conn, target.scope, target.subject, after, limit + 1)
+        extra = visible(rt, conn, who, [i for i in sorted({*versions, *derived})
+                                        if after is None or i > after])
+        own = subject_store.target_page(conn, who.tenant, target.scope, target.subject, after,
+                                        limit + 1)
         ids = sorted({*own, *extra[: limit + 1]})[: limit + 1]
-        rows = subject_store.rows(conn, ids[:limit])
+        rows = subject_store.rows(conn, who.tenant, ids[:limit])
         items = pii.render(rt, conn, who, [Memory.from_row(r) for r in rows], reveal=False)
     return Page(items=items, next_cursor=items[-1].id if len(ids) > limit else None)
 
@@ -111,27 +134,40 @@ def export(rt: Runtime, who: Principal, subject: str, *, scope: str, reveal: boo
         target = target_of(scope, subject, tr, keys)
         res = forget_mod.resolve_target(conn, target)
         reasons = res.reasons()
-        rows = subject_store.rows(conn, res.all)
-        sources = subject_store.lineage_sources(conn, res.all)
+        rows = [r for r in subject_store.rows(conn, who.tenant, res.all)
+                if pii.within_limits(rt, conn, who, r)]
+        ids = [r["id"] for r in rows]
+        sources = subject_store.lineage_sources(conn, who.tenant, ids)
+        procs, runs = _procedural(conn, target)
         memories = pii.render(rt, conn, who, [Memory.from_row(r) for r in rows],
                               reveal=reveal, request_id=request_id)
         found = {m.group(0) for r in rows
                  for f in ("content", "scope", "subject_id", "key")
                  for m in PLACEHOLDER_RE.finditer(r[f] or "")}
-        found |= {m.group(0) for t in (target.scope, target.subject)
+        found |= {m.group(0) for t in (target.scope, target.subject, *_strings([procs, runs]))
                   for m in PLACEHOLDER_RE.finditer(t or "")}
-        entries = subject_store.vault_entries(conn, sorted(found))
+        entries = subject_store.vault_entries(conn, who.tenant, sorted(found))
         values = rt.pii.reveal_values(conn, who.tenant, found) if reveal else {}
         erased = {e["placeholder"] for e in entries if e["shredded_at"] is not None}
         seq = audit.append(
             conn, tenant=who.tenant, operation="SUBJECT_EXPORT", actor=who.actor,
-            agent=who.agent, memory_ids=[str(i) for i in res.all[:10]], request_id=request_id,
-            details={"count": len(rows), "subject_fp": target.subject_fp,
+            agent=who.agent, memory_ids=[str(i) for i in ids[:10]], request_id=request_id,
+            details={"count": len(rows), "procedures": len(procs), "runs": len(runs),
+                     "subject_fp": target.subject_fp,
                      "scope_fp": fingerprint(keys, target.scope, "scope"),
                      "revealed": reveal, "vault_entries": len(entries)})
 
     def shown(text: str | None) -> str | None:
         return None if text is None else render_text(text, values, erased)
+
+    def shown_tree(value: Any) -> Any:
+        if isinstance(value, str):
+            return shown(value)
+        if isinstance(value, list):
+            return [shown_tree(v) for v in value]
+        if isinstance(value, dict):
+            return {k: shown_tree(v) for k, v in value.items()}
+        return value
 
     return {
         "format": FORMAT, "exported_at": format_ts(datetime.now(UTC)), "tenant": who.tenant,
@@ -140,6 +176,8 @@ def export(rt: Runtime, who: Principal, subject: str, *, scope: str, reveal: boo
         "memories": [{**m.model_dump(mode="json"),
                       "derived_from": [str(s) for s in sources.get(m.id, [])],
                       "reason": reasons[m.id]} for m in memories],
+        "procedures": shown_tree(procs),
+        "runs": shown_tree(runs),
         "vault_entries": [{"placeholder": e["placeholder"], "kind": e["kind"],
                            "created_at": format_ts(e["created_at"]),
                            "shredded_at": format_ts(e["shredded_at"]) if e["shredded_at"]
@@ -147,3 +185,44 @@ def export(rt: Runtime, who: Principal, subject: str, *, scope: str, reveal: boo
                            **({"value": values.get(e["placeholder"])} if reveal else {})}
                           for e in entries],
     }
+
+
+def visible(rt: Runtime, conn: Any, who: Principal,
+            ids: list[uuid.UUID]) -> list[uuid.UUID]:
+    """Those of ``ids`` within the key's limits (:func:`mnemovault.pii.service.
+    within_limits`), in the given order; all of them for an unlimited key."""
+    if not who.limited or not ids:
+        return ids
+    inside = {r["id"] for r in subject_store.rows(conn, who.tenant, ids)
+              if pii.within_limits(rt, conn, who, r)}
+    return [i for i in ids if i in inside]
+
+
+def _procedural(conn: Any, target: forget_mod.Target
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The subject's procedures and runs in the target's scope (module docstring), oldest
+    id first, as JSON-ready dicts (stored values: placeholders)."""
+    assert target.subject is not None
+    out: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
+    for fn, into in ((procedure_subjects.subject_procedures, out[0]),
+                     (procedure_subjects.subject_runs, out[1])):
+        after: uuid.UUID | None = None
+        while True:
+            page = fn(conn, scope=target.scope, subject=target.subject, after=after,
+                      limit=PAGE)
+            into.extend(page)
+            if len(page) < PAGE:
+                break
+            after = uuid.UUID(page[-1]["id"])
+    return out
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string inside ``value`` (lists and dict values, recursively)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    return []

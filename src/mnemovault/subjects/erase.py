@@ -16,12 +16,23 @@ for a whole-scope erase) first; a write of that subject takes it shared
 with :class:`~mnemovault.errors.Conflict`; nothing it did is kept. Retrying the erase is
 idempotent: what is gone stays gone, and a retry that finds nothing still returns a
 receipt (zero counts) for its own audit row.
+
+A key limited to a subject (or scope) never reads or changes rows outside its limits. When
+the erase of its subject would also remove memories outside them (another subject's fact
+derived from one of the subject's memories, or a version of another subject's in a
+version chain), the erase is refused with :class:`~mnemovault.errors.Forbidden`
+(``permission`` ``subject``) and nothing is erased: such an erase needs a key that is not
+limited (which sees, lists and erases all of it). So what a limited key lists
+(:mod:`mnemovault.subjects.access`) is always exactly what its erase removes. The check
+resolves the erase set locked ``FOR UPDATE`` before the erase proper, so no derivation can
+slip in between (a writer's foreign-key check waits on the locked source rows).
 """
 
 from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 
@@ -93,7 +104,8 @@ def erase(rt: Runtime, who: Principal, *, scope: str, subject: str | None = None
         takes an ACCESS EXCLUSIVE lock table by table (see there).
     Raises:
         ValidationError: blank scope or subject (names the field).
-        Forbidden: missing ``subject:erase``, or outside the key's limits.
+        Forbidden: missing ``subject:erase``, or outside the key's limits, or (a limited
+            key) the erase would remove memories outside the key's limits.
         Conflict: a write for this subject (or scope) is under way, or a concurrent write
             derived from what was being erased; nothing was erased and retrying is safe.
         ConfigError: no audit signing key is configured (nothing was erased).
@@ -112,6 +124,8 @@ def erase(rt: Runtime, who: Principal, *, scope: str, subject: str | None = None
             tr = pii.Translator(rt, conn, who.tenant)
             target = target_of(scope, subject, tr, rt.pii.tenant_keys(conn, who.tenant))
             subject_store.lock_for_erase(conn, who.tenant, target.scope, target.subject)
+            if who.limited:
+                _check_reach(rt, conn, who, target)
             out = forget_mod.erase(conn, tenant=who.tenant, target=target, actor=who.actor,
                                    agent=who.agent, trigger=trigger, request_id=request_id,
                                    pii=rt.pii if rt.settings.pii_pseudonymize else None)
@@ -135,3 +149,21 @@ def erase(rt: Runtime, who: Principal, *, scope: str, subject: str | None = None
         report = scrub_mod.scrub(rt, who, tenants=[who.tenant], request_id=request_id)
         done.scrub = report.as_dict()
     return done
+
+
+def _check_reach(rt: Runtime, conn: psycopg.Connection[Any], who: Principal,
+                 target: forget_mod.Target) -> None:
+    """For a limited key: refuse an erase that reaches memories outside its limits
+    (module docstring). The erase set is locked ``FOR UPDATE`` by the walk.
+
+    Raises:
+        Forbidden: names the rule (``permission`` ``subject``), not the memories.
+    """
+    res = forget_mod.resolve_target(conn, target, lock=True)
+    extra = [*res.versions, *res.derived]
+    if extra and not all(pii.within_limits(rt, conn, who, r)
+                         for r in subject_store.rows(conn, who.tenant, extra)):
+        raise Forbidden("subject: this erase would also remove memories outside this key's "
+                        "limits (derived from or versions of the subject's memories); it "
+                        "needs a key that is not limited", permission="subject",
+                        field="subject")

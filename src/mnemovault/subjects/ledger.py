@@ -23,6 +23,23 @@ Line format (canonical JSON, :func:`mnemovault.audit.canonical.canonical_json`):
      "memory_ids": ["<uuid>", ...], "placeholders": ["{email:p_...}", ...],
      "rectified": ["<uuid>", ...]}
 
+Tenant purges (issue 10 item 7, and the restore case). The hard delete of a tenant
+(:func:`mnemovault.tenants.lifecycle.purge_expired`) removes the tenant's ledger file with
+the tenant (it lists every id, placeholder and subject fingerprint the tenant ever erased:
+nothing of a purged tenant may stay), and records the purge itself in the system file
+``<ledger_dir>/_purged.jsonl`` (:data:`PURGES_FILE`), one canonical JSON line per purge::
+
+    {"kind": "purge", "tenant": "acme", "at": "<UTC ts>", "audit_seq": 12}
+
+(``audit_seq``: the ``TENANT_PURGE`` row of the system chain). No tenant id can start with
+``_``, so the name never collides with a tenant's file, and :func:`files` skips it. A
+restore of a backup taken before the purge brings the whole tenant back, and with its
+ledger file gone there is nothing per tenant to reapply; instead every purge run (the
+scheduled job) first finds each recorded tenant that exists again and was created before
+its purge (so a tenant id reused for a new customer later is left alone), marks it due
+and purges it again in the same run (:func:`mnemovault.tenants.lifecycle.reapply_purges`;
+:func:`mnemovault.tenants.lifecycle.restored_purges` lists them for a report).
+
 Appending follows ``audit_seq``: writers take an ``fcntl`` lock on ``<file>.lock``, read the
 file's last line, and append the table's rows after it. When the last line's row is not in
 the table (the database was restored to an older state) every table row whose ``id`` the
@@ -32,9 +49,11 @@ file lacks is appended, so lines written after a restore are not lost behind old
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import uuid
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +72,11 @@ from mnemovault.store import pii as pii_store
 from mnemovault.store.db import Database
 from mnemovault.subjects.models import Reapplied
 
+log = logging.getLogger(__name__)
+
 BATCH = 1000
+PURGES_FILE = "_purged.jsonl"
+"""The system file of tenant purges in the ledger directory (module docstring)."""
 LINE_KEYS = ("tenant", "audit_seq", "id", "kind", "at", "request_id", "subject_fp",
              "scope_fp", "memory_ids", "placeholders", "rectified")
 
@@ -125,7 +148,7 @@ class LedgerFile:
             seq, known = 0, None
             if last is not None:
                 with self.db.transaction(tenant) as conn:
-                    same = store.id_at(conn, int(last["audit_seq"]))
+                    same = store.id_at(conn, tenant, int(last["audit_seq"]))
                 if same is not None and str(same) == last["id"]:
                     seq = int(last["audit_seq"])
                 else:  # the database is not where the file left it (a restore)
@@ -134,7 +157,7 @@ class LedgerFile:
             with open(path, "ab") as out:
                 while True:
                     with self.db.transaction(tenant) as conn:
-                        rows = store.after(conn, seq, BATCH)
+                        rows = store.after(conn, tenant, seq, BATCH)
                     if not rows:
                         break
                     seq = int(rows[-1]["audit_seq"])
@@ -165,7 +188,7 @@ def export(rt: Runtime, who: Principal, path: Path) -> int:
     with open(path, "wb") as out:
         while True:
             with rt.db.transaction(who.tenant) as conn:
-                rows = store.after(conn, seq, BATCH)
+                rows = store.after(conn, who.tenant, seq, BATCH)
             if not rows:
                 break
             seq = int(rows[-1]["audit_seq"])
@@ -204,11 +227,58 @@ def read(paths: Iterable[Path]) -> list[dict[str, Any]]:
 
 
 def files(rt: Runtime, ledger: Path | None) -> list[Path]:
-    """``ledger`` itself, else every ``*.jsonl`` of the ledger directory."""
+    """``ledger`` itself, else every tenant's ``*.jsonl`` of the ledger directory (not the
+    system file of purges, :data:`PURGES_FILE`)."""
     if ledger is not None:
         return [ledger]
     d = ledger_dir(rt)
-    return sorted(d.glob("*.jsonl")) if d.is_dir() else []
+    return sorted(p for p in d.glob("*.jsonl")
+                  if not p.name.startswith("_")) if d.is_dir() else []
+
+
+def remove_tenant_file(rt: Runtime, tenant: str) -> None:
+    """Delete the tenant's ledger file and its lock file (after the tenant's purge)."""
+    path = LedgerFile(rt.db, ledger_dir(rt)).path(tenant)
+    for p in (path, path.with_name(path.name + ".lock")):
+        p.unlink(missing_ok=True)
+
+
+def record_purge(rt: Runtime, tenant: str, *, at: datetime, audit_seq: int | None) -> None:
+    """Append the purge of ``tenant`` to :data:`PURGES_FILE` (module docstring); nothing
+    with ``ledger_file`` off."""
+    if not rt.settings.ledger_file:
+        return
+    d = ledger_dir(rt)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / PURGES_FILE
+    entry = canonical_json({"kind": "purge", "tenant": tenant, "at": format_ts(at),
+                            "audit_seq": audit_seq}) + b"\n"
+    with open(path.with_name(path.name + ".lock"), "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with open(path, "ab") as out:
+            out.write(entry)
+            out.flush()
+            os.fsync(out.fileno())
+
+
+def purges(rt: Runtime) -> list[dict[str, Any]]:
+    """The recorded tenant purges (:data:`PURGES_FILE`), oldest first: ``tenant``, ``at``
+    (a datetime), ``audit_seq``; lines that do not parse are skipped (and logged)."""
+    path = ledger_dir(rt) / PURGES_FILE
+    if not path.exists():
+        return []
+    out: list[dict[str, Any]] = []
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                e = orjson.loads(raw)
+                out.append({"tenant": str(e["tenant"]), "audit_seq": e.get("audit_seq"),
+                            "at": datetime.fromisoformat(str(e["at"]).replace("Z", "+00:00"))})
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                log.warning("ledger: %s line %d is not a purge record; skipped", path, n)
+    return out
 
 
 def reapply(rt: Runtime, who: Principal, entries: Sequence[dict[str, Any]], *,
@@ -227,8 +297,9 @@ def reapply(rt: Runtime, who: Principal, entries: Sequence[dict[str, Any]], *,
     if not mine:
         return out
     with rt.db.transaction(who.tenant) as conn:
-        back = sorted(memory_store.existing(conn, ids, scope=None, lock=False)) if ids else []
-        live = sorted(pii_store.live_among(conn, placeholders)) if placeholders else []
+        back = sorted(memory_store.existing(conn, who.tenant, ids, scope=None,
+                                            lock=False)) if ids else []
+        live = sorted(pii_store.live_among(conn, who.tenant, placeholders)) if placeholders else []
         if not rt.settings.pii_pseudonymize:
             live = []
         if back:
@@ -247,6 +318,6 @@ def reapply(rt: Runtime, who: Principal, entries: Sequence[dict[str, Any]], *,
             store.insert(conn, tenant=who.tenant, audit_seq=out.audit_seq, kind="reapply",
                          request_id=request_id, subject_fp=None, scope_fp=None,
                          memory_ids=[], placeholders=out.shredded)
-        out.to_rectify = sorted(memory_store.existing(conn, rectified, scope=None,
+        out.to_rectify = sorted(memory_store.existing(conn, who.tenant, rectified, scope=None,
                                                       lock=False)) if rectified else []
     return out

@@ -24,10 +24,12 @@ class Erasure(BaseModel):
 class Rectified(BaseModel):
     """A rectification: the memory's ``id`` and new ``version``; ``placeholders`` created
     by the new content, ``shredded`` the values only the old content used; ``audit_seq``
-    of the ``RECTIFY`` row."""
+    of the ``RECTIFY`` row; ``status`` after it (``pending_review`` when the review gate
+    holds the new content)."""
 
     id: uuid.UUID
     version: int
+    status: str = "active"
     placeholders: list[str] = Field(default_factory=list)
     shredded: list[str] = Field(default_factory=list)
     audit_seq: int

@@ -12,6 +12,25 @@ row (kind ``rectify``: the shredded placeholders and the rectified id) go with i
 
 A rectification takes the write lock of the memory's subject, so it conflicts with an
 erase of that subject like any write. Needs ``subject:erase``.
+
+The new content is a capture like any other (SPEC section 8: every capture): it passes
+the capture guard first (:func:`mnemovault.guard.capture.check_capture`, path
+``rectify``), before anything is read or written, so a refusal (:class:`~mnemovault.
+errors.Refused`) or a failing detector (:class:`~mnemovault.errors.Unavailable`, fail
+closed) leaves the memory as it was.
+
+Review gate (SPEC 8: "new memories and new versions are held as ``pending_review``"; SPEC
+10: a rectification makes a new version). The old text must still be deleted, not kept
+for a reviewer to fall back to, so the rule is: with ``REQUIRE_REVIEW=true`` a live
+(``active``) memory that is rectified becomes ``pending_review`` with its new content, and
+is not recalled until a person with ``review:approve`` approves it (held as on the write
+path, :func:`mnemovault.store.review.hold`: it is in the review queue like any pending
+item). A memory that was pending stays pending; a superseded
+version stays superseded (approving it would make two live versions of one key). A
+rejected rectification is handled like any rejected item (:mod:`mnemovault.governance.
+review`): a first version is forgotten, a later one marked superseded with its parent
+made live again; the pre-rectification text is never restored, it is gone. The
+``RECTIFY`` audit row records the status (``status``).
 """
 
 from __future__ import annotations
@@ -24,11 +43,13 @@ from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
 from mnemovault.errors import Conflict, NotFound, ValidationError
 from mnemovault.governance import graph
+from mnemovault.guard import capture as capture_guard
 from mnemovault.models import MAX_CONTENT_CHARS
 from mnemovault.pii import service as pii
 from mnemovault.pii.vault import PLACEHOLDER_RE
 from mnemovault.runtime import Runtime
 from mnemovault.store import ledger as ledger_store
+from mnemovault.store import review as review_store
 from mnemovault.store import subjects as subject_store
 from mnemovault.subjects.models import Rectified
 from mnemovault.validation import parse_id, text_rule
@@ -49,6 +70,8 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
 
     Raises:
         ValidationError: a malformed id, blank or over-long content.
+        Refused: the capture guard found a secret in ``content`` (nothing changed).
+        Unavailable: a capture detector failed or timed out (fail closed).
         Forbidden: missing ``subject:erase``.
         NotFound: no such memory in this tenant (or outside the key's limits).
         Conflict: an erase of its subject is under way, or a value in the new content was
@@ -61,15 +84,18 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
         rule = "must not be blank"
     if rule is not None:
         raise ValidationError(f"content: {rule}", field="content")
+    capture_guard.check_capture(rt, path="rectify", fields={"content": content},
+                                tenant=who.tenant, request_id=request_id)
+    held = capture_guard.initial_status(rt) == "pending_review"
     with rt.db.transaction(who.tenant) as conn:
-        row = subject_store.rows(conn, [mid])
+        row = subject_store.rows(conn, who.tenant, [mid])
         if not row or not pii.within_limits(rt, conn, who, row[0]):
             raise NotFound("id: no memory with this id", field="id")
         # the subject's write lock before the row lock: an erase holding the row fails us
         # at once instead of making us wait for it
         subject_store.lock_for_write(conn, who.tenant,
                                      [(row[0]["scope"], row[0]["subject_id"])])
-        locked = subject_store.lock_memory(conn, mid)
+        locked = subject_store.lock_memory(conn, who.tenant, mid)
         if locked is None:
             raise NotFound("id: no memory with this id", field="id")
         created: list[str] = []
@@ -81,7 +107,12 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
         vector = rt.embedder.embed([text])[0]
         old_nodes, old_edges = graph.supported_by(conn, [mid])
         graph.delete_support(conn, [mid])
-        new = subject_store.replace_content(conn, mid, text, vector, datetime.now(UTC))
+        new = subject_store.replace_content(conn, who.tenant, mid, text, vector,
+                                            datetime.now(UTC))
+        status = str(new["status"])
+        if held and status == "active":  # the review gate holds the new content
+            review_store.hold(conn, who.tenant, [mid])
+            status = "pending_review"
         graph.index(conn, who.tenant, [graph.mentions(mid, _texts(new))])
         if rt.pii.erased_placeholders(conn, used):
             raise Conflict("content: a personal value in it was erased concurrently; "
@@ -93,10 +124,11 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
         seq = audit.append(
             conn, tenant=who.tenant, operation="RECTIFY", actor=who.actor, agent=who.agent,
             memory_ids=[str(mid)], trigger=trigger, request_id=request_id,
-            details={"count": 1, "version": new["version"],
+            details={"count": 1, "version": new["version"], "status": status,
                      "placeholders_created": sorted(set(created)), "shredded": shredded})
         ledger_store.insert(conn, tenant=who.tenant, audit_seq=seq, kind="rectify",
                             request_id=request_id, subject_fp=None, scope_fp=None,
                             memory_ids=[], placeholders=shredded, rectified=[mid])
-    return Rectified(id=mid, version=new["version"], placeholders=sorted(set(created)),
+    return Rectified(id=mid, version=new["version"], status=status,
+                     placeholders=sorted(set(created)),
                      shredded=shredded, audit_seq=seq)

@@ -232,7 +232,7 @@ def start(rt: Runtime, tenant: str, job_id: uuid.UUID) -> dict[str, int] | None:
         job = store.export_job(conn, tenant, job_id)
         if job is None or job["state"] in ("done", "failed"):
             return None
-        counts = store.export_counts(conn)
+        counts = store.export_counts(conn, tenant)
         store.start_export(conn, tenant, job_id, rows_total=sum(counts.values()),
                            files_total=len(DATA_FILES) + 1)
     return counts
@@ -306,7 +306,7 @@ def _write_files(rt: Runtime, tenant: str, staging: Path,
         after: uuid.UUID | None = None
         while True:
             with db.transaction(tenant) as conn:
-                batch = store.memories_after(conn, after, BATCH)
+                batch = store.memories_after(conn, tenant, after, BATCH)
             for r in batch:
                 f.obj(r["row"])
             if not batch:
@@ -319,7 +319,7 @@ def _write_files(rt: Runtime, tenant: str, staging: Path,
         last = ""
         while True:
             with db.transaction(tenant) as conn:
-                vbatch = store.vault_after(conn, last, BATCH)
+                vbatch = store.vault_after(conn, tenant, last, BATCH)
             for r in vbatch:
                 f.obj(dict(r))
             if not vbatch:
@@ -330,17 +330,17 @@ def _write_files(rt: Runtime, tenant: str, staging: Path,
     track.advance(files=1)
     with _File(staging / "vault_keys.jsonl") as f:
         with db.transaction(tenant) as conn:
-            for r in store.wrapped_secrets(conn):
+            for r in store.wrapped_secrets(conn, tenant):
                 f.obj(dict(r))
         entries.append(f.entry())
     track.advance(files=1)
     with _File(staging / "audit.jsonl") as f:
         with db.transaction(tenant) as conn:
-            head = audit_store.head_seq(conn)
+            head = audit_store.head_seq(conn, tenant)
         seq = 0
         while seq < head:
             with db.transaction(tenant) as conn:
-                rows = audit_store.rows_between(conn, seq, head, BATCH)
+                rows = audit_store.rows_between(conn, tenant, seq, head, BATCH)
             if not rows:
                 break
             f.line(b"".join(export_line(bytes(r["row_bytes"]), bytes(r["prev_hash"]),
@@ -351,7 +351,7 @@ def _write_files(rt: Runtime, tenant: str, staging: Path,
     track.advance(files=1)
     with _File(staging / "checkpoints.jsonl") as f:
         with db.transaction(tenant) as conn:
-            cps = store.checkpoints(conn)
+            cps = store.checkpoints(conn, tenant)
         for cp in cps:
             f.obj({"size": cp["size"], "root": bytes(cp["root"]).hex(), "note": cp["note"],
                    "created_at": cp["created_at"]})

@@ -24,8 +24,19 @@ hard delete (purge) of tenants whose grace period has ended (SPEC section 10).
   on the owner's connection (the application role may not delete audit rows, keys or
   tenants) and holds a PostgreSQL advisory lock for the
   whole run, so two processes never purge at once: the second returns ``ran: False``.
-  After commit it removes the tenant's local audit mirror file and local export archives
-  (S3 archives are the deployer's to expire, e.g. with a bucket lifecycle rule).
+  After commit it removes the tenant's local audit mirror file, its erasure-ledger file
+  (``<ledger_dir>/<tenant>.jsonl``: every id, placeholder and subject fingerprint the
+  tenant erased) and local export archives (S3 archives are the deployer's to expire,
+  e.g. with a bucket lifecycle rule), and records the purge in the ledger directory's
+  system file (:data:`mnemovault.subjects.ledger.PURGES_FILE`: tenant id, time, system
+  audit seq; outside the database, so a restore does not roll it back).
+* Restore: a backup taken before a purge brings the whole tenant back (and with it keys
+  that work again). Every purge run therefore starts with :func:`reapply_purges`: each
+  recorded tenant that exists again and was *created before* its recorded purge (a
+  restored row; a tenant id reused later for a new tenant is newer and left alone) is
+  soft-deleted again, due at once (``TENANT_DELETE`` row with ``reapplied_purge``), and
+  purged in the same run. Until that run its keys work; run the purge job right after a
+  restore (:func:`restored_purges` lists what it would purge again).
 
 Every time is injectable (``now=``) so tests can move past the grace period.
 """
@@ -46,6 +57,7 @@ from mnemovault.errors import InternalError, MnemoError, NotFound, Refused
 from mnemovault.runtime import Runtime
 from mnemovault.store import audit as audit_store
 from mnemovault.store import tenants as store
+from mnemovault.subjects import ledger as ledger_mod
 from mnemovault.tenants.common import check_confirmation, local_root, own_tenant
 
 log = logging.getLogger(__name__)
@@ -151,6 +163,7 @@ def purge_expired(rt: Runtime, *, now: datetime | None = None) -> dict[str, Any]
     with store.purge_connection(rt.db.url) as conn:
         if conn is None:
             return {"ran": False, "now": now, "purged": [], "errors": []}
+        reapply_purges(rt, now=now)
         for tenant in store.expired(conn, now):
             try:
                 with rt.db.transaction(tenant) as own:  # sign the chain at its final size
@@ -167,6 +180,7 @@ def purge_expired(rt: Runtime, *, now: datetime | None = None) -> dict[str, Any]
                 purged.append(done)
     for p in purged:
         _remove_local_copies(rt, p["tenant"])
+        ledger_mod.record_purge(rt, p["tenant"], at=now, audit_seq=p["audit_seq"])
     if purged:
         for hook in rt.db.after_commit:  # the system chain's JSON Lines mirror
             try:
@@ -207,18 +221,59 @@ def _purge_one(conn: Any, tenant: str, now: datetime) -> dict[str, Any] | None:
 
 
 def _remove_local_copies(rt: Runtime, tenant: str) -> None:
-    """The purged tenant's audit mirror file and local export archives."""
+    """The purged tenant's audit mirror file, erasure-ledger file and local export
+    archives."""
     s = rt.settings
     mirror = Path(s.audit_jsonl_dir or Path(s.data_dir).expanduser() / "audit")
     for name in (f"{tenant}.jsonl", f"{tenant}.jsonl.lock"):
         (mirror / name).unlink(missing_ok=True)
+    ledger_mod.remove_tenant_file(rt, tenant)
     shutil.rmtree(local_root(s) / tenant, ignore_errors=True)
+
+
+def restored_purges(rt: Runtime) -> list[dict[str, Any]]:
+    """The recorded purges whose tenant exists again, created before the purge (a backup
+    restore brought it back; module docstring): ``tenant``, ``purged_at``, ``created_at``,
+    ``deleted_at``, by tenant (the latest purge of each). Operator path."""
+    latest: dict[str, datetime] = {}
+    for e in ledger_mod.purges(rt):
+        latest[e["tenant"]] = max(e["at"], latest.get(e["tenant"], e["at"]))
+    out = []
+    for tenant, at in sorted(latest.items()):
+        with rt.db.transaction(tenant) as conn:
+            row = store.lifecycle(conn, tenant)
+        if row is not None and row["created_at"] <= at:
+            out.append({"tenant": tenant, "purged_at": at, "created_at": row["created_at"],
+                        "deleted_at": row["deleted_at"]})
+    return out
+
+
+def reapply_purges(rt: Runtime, *, now: datetime | None = None) -> list[str]:
+    """Mark every tenant of :func:`restored_purges` deleted again and due at ``now`` (one
+    ``TENANT_DELETE`` audit row each, ``details.reapplied_purge`` = the recorded purge
+    time), so the purge that follows removes it again; the tenants marked. Operator path
+    (:func:`purge_expired` calls it under its lock)."""
+    now = now or datetime.now(UTC)
+    marked = []
+    for r in restored_purges(rt):
+        tenant = r["tenant"]
+        with rt.db.transaction(tenant) as conn:
+            row = store.soft_delete(conn, tenant, now=now, delete_after=now)
+            if row is not None and not row["already_deleted"]:
+                audit.append(conn, tenant=tenant, operation="TENANT_DELETE",
+                             actor="system:purge", trigger="schedule",
+                             details={"delete_after": _iso(now), "retention_days": 0,
+                                      "reapplied_purge": _iso(r["purged_at"])})
+        log.warning("tenant %s was purged at %s and exists again (a backup restore?): "
+                    "purging it again", tenant, _iso(r["purged_at"]))
+        marked.append(tenant)
+    return marked
 
 
 def purge_log(rt: Runtime, *, limit: int = 100) -> list[dict[str, Any]]:
     """The system chain's ``TENANT_PURGE`` rows (operator path), oldest first, each the row
     body as stored (``seq``, ``ts``, ``details`` with the tenant id, counts and chain)."""
     with rt.db.transaction(SYSTEM_TENANT) as conn:
-        rows = audit_store.rows_after(conn, 0, 100_000)
+        rows = audit_store.rows_after(conn, SYSTEM_TENANT, 0, 100_000)
     bodies = [orjson.loads(bytes(r["row_bytes"])) for r in rows]
     return [b for b in bodies if b.get("operation") == "TENANT_PURGE"][-limit:]
