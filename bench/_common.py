@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import platform
@@ -10,6 +11,8 @@ import sys
 import warnings
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 
 def progress(msg: str) -> None:
@@ -76,3 +79,20 @@ def skip_without(path: Path, *, benchmark: str, quick: bool) -> None:
         print(json.dumps({"benchmark": benchmark, "quick": True, "skipped": True,
                           "reason": f"not found: {path}"}))
         sys.exit(0)
+
+
+class RandomEmbedder:
+    """Deterministic unit vectors from a hash of the text (no model): for benches that
+    measure the store, not recall quality, so building 100k rows takes no embedding time."""
+
+    model = "bench/random-384"
+    dimension = 384
+
+    def embed(self, texts: list[str]) -> Any:
+        from mnemovault.embed.base import normalise
+
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        for i, t in enumerate(texts):
+            seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "big")
+            out[i] = np.random.default_rng(seed).standard_normal(self.dimension)
+        return normalise(out)

@@ -44,7 +44,6 @@ JSON on stdout; progress on stderr. Needs nothing from ``../shared``.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import statistics
@@ -55,18 +54,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, quiet_logging, stop_embedded
+from _common import RandomEmbedder, environment, quiet_logging, stop_embedded
 
 from mnemovault.config import Settings
-from mnemovault.embed.base import Vectors, normalise
 from mnemovault.governance.scrub import scrub
 from mnemovault.vault import MemoryVault
 
-DIM = 384
 BATCH = 500
 PAGE = 100
 SUBJECT = "bench-subject"
@@ -74,20 +70,6 @@ OTHER = "bench-other"
 # every table the erase touches, parents first (foreign keys)
 COPY_TABLES = ("memories", "memory_lineage", "graph_nodes", "graph_node_support",
                "graph_edges", "graph_edge_support", "pii_values", "pii_deks")
-
-
-class RandomEmbedder:
-    """Deterministic unit vectors from a hash of the text (no model)."""
-
-    model = "bench/random-384"
-    dimension = DIM
-
-    def embed(self, texts: list[str]) -> Vectors:
-        out = np.empty((len(texts), DIM), dtype=np.float32)
-        for i, t in enumerate(texts):
-            seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "big")
-            out[i] = np.random.default_rng(seed).standard_normal(DIM)
-        return normalise(out)
 
 
 def say(msg: str) -> None:

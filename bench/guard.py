@@ -32,7 +32,6 @@ progress on stderr.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import random
@@ -44,33 +43,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, quiet_logging, stop_embedded
+from _common import RandomEmbedder, environment, quiet_logging, stop_embedded
 
 from mnemovault.config import Settings
-from mnemovault.embed.base import Vectors, normalise
 from mnemovault.guard import capture
 from mnemovault.guard.detectors import BUILTIN, Severity
 from mnemovault.vault import MemoryVault
 
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "locomo" / "locomo10.json"
-DIM = 384
-
-
-class RandomEmbedder:
-    """Deterministic unit vectors from a hash of the text (no model)."""
-
-    model = "bench/random-384"
-    dimension = DIM
-
-    def embed(self, texts: list[str]) -> Vectors:
-        out = np.empty((len(texts), DIM), dtype=np.float32)
-        for i, t in enumerate(texts):
-            seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "big")
-            out[i] = np.random.default_rng(seed).standard_normal(DIM)
-        return normalise(out)
 
 
 def say(msg: str) -> None:

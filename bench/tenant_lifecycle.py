@@ -31,7 +31,6 @@ stderr. Needs no data set.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import statistics
@@ -43,34 +42,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, quiet_logging, stop_embedded
+from _common import RandomEmbedder, environment, quiet_logging, stop_embedded
 
 from mnemovault.auth import Principal
 from mnemovault.config import Settings
-from mnemovault.embed.base import Vectors, normalise
 from mnemovault.vault import MemoryVault
 
-DIM = 384
 BATCH = 500
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-class RandomEmbedder:
-    """Deterministic unit vectors from a hash of the text (no model)."""
-
-    model = "bench/random-384"
-    dimension = DIM
-
-    def embed(self, texts: list[str]) -> Vectors:
-        out = np.empty((len(texts), DIM), dtype=np.float32)
-        for i, t in enumerate(texts):
-            seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "big")
-            out[i] = np.random.default_rng(seed).standard_normal(DIM)
-        return normalise(out)
 
 
 def say(msg: str) -> None:
