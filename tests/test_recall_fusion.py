@@ -131,3 +131,10 @@ def test_missing_reranker_directory_is_a_config_error(tmp_path: object) -> None:
 
     with pytest.raises(ConfigError, match="recall_reranker"):
         rerankers.CrossEncoderReranker(f"{tmp_path}/nowhere")
+
+
+def test_the_gate_thresholds_are_settings(vault: MemoryVault) -> None:
+    s = vault.settings.model_copy(update={"recall_gate_low": 0.1, "recall_gate_high": 0.3})
+    mv = MemoryVault(vault.db, vault.embedder, s, vault.keyring)
+    assert (mv.weights.gate_low, mv.weights.gate_high) == (0.1, 0.3)
+    assert (vault.weights.gate_low, vault.weights.gate_high) == (0.05, 0.2)  # defaults

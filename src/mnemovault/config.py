@@ -63,6 +63,10 @@ class Settings(BaseSettings):
     recall_text_weight: float = 0.7
     recall_recency_weight: float = 0.05
     recall_recency_half_life_days: float = 30.0
+    # the gated fusion's lexical gate: the text side's share rises from 0 at this fraction of
+    # the query's IDF mass matched by the best lexical hit to full at the high one
+    recall_gate_low: float = Field(default=0.05, ge=0.0, le=1.0)
+    recall_gate_high: float = Field(default=0.2, ge=0.0, le=1.0)
     # optional re-ranker: a local cross-encoder directory (never downloaded), and how many
     # fused hits it re-scores (mnemovault.recall.rerankers)
     recall_reranker: Path | None = None

@@ -51,7 +51,8 @@ class Runtime:
         self.weights = FusionWeights(
             method=s.recall_fusion, rrf_k=s.recall_rrf_k, vector=s.recall_vector_weight,
             text=s.recall_text_weight, recency=s.recall_recency_weight,
-            half_life_days=s.recall_recency_half_life_days)
+            half_life_days=s.recall_recency_half_life_days, gate_low=s.recall_gate_low,
+            gate_high=s.recall_gate_high)
 
     @property
     def llm(self) -> ChatProvider:
