@@ -4,7 +4,15 @@ one), in the same run, with the plans.
 For each backend it loads N memories into one fresh tenant (random unit vectors and short
 texts, inserted as the owner: the bench measures recall, not the write path), then times
 ``MemoryVault.recall`` (median and p95 of ``--repeat`` queries) and keeps the ``EXPLAIN`` of
-the vector query and of a write-path row lock (a routed query shows ``Task Count: 1``).
+the vector query and of a write-path row lock (a routed query shows ``Task Count: 1``),
+and the live documents the tenant's kept BM25 statistics count (``lexical_stats_docs``:
+the triggers of migration 0009, on Citus installed on the shards; N when recall reads
+them instead of recounting) and its postings hold (``lexical_postings_docs``: migration
+0010's, installed the same way; N when the lexical top-n reads them). The lexical query
+alone (``search.text_candidates``, top 50, ``--repeat`` queries of the corpus's words)
+is timed too, with the path it took (``lexical_path``: ``postings``, or ``scan`` when
+the postings are not kept), next to the same queries with a filter every memory passes
+(``lexical_scan_*``: the scan over ``memories`` the postings replace, the baseline).
 It then measures remember throughput with 8 tenants writing concurrently (``--writes``
 remembers each, every one with a personal value, so the vault, graph and audit row are
 written), and counts the two-phase commits Citus needed for them (``pg_dist_transaction``:
@@ -44,6 +52,8 @@ from _common import environment, progress, quiet_logging
 
 QUERIES = ["where does the user live", "what sport do they train for", "favourite food",
            "meeting preferences", "travel plans next month"]
+LEXICAL = ["alice leeds marathon", "coffee morning train", "bob paris berlin window seat",
+           "york seat", "marathon training in leeds on a morning train"]
 WORDS = ["alice", "bob", "leeds", "york", "marathon", "coffee", "window", "seat", "morning",
          "train", "paris", "berlin"]
 
@@ -88,6 +98,54 @@ def _lock_plan(url: str, tenant: str) -> str:
     return "\n".join(r[0] for r in rows)
 
 
+def _stats_docs(url: str, tenant: str) -> int:
+    """The tenant's live documents in the kept BM25 statistics (migration 0009's triggers;
+    on Citus installed on the shards by store/citus.py): n when recall reads them, 0 when
+    it would recount per query."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT coalesce(sum(doc_count), 0) FROM lexical_scope_stats "
+                           "WHERE tenant_id = %s", (tenant,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _postings_docs(url: str, tenant: str) -> int:
+    """The tenant's memories with postings (migration 0010's triggers; on Citus installed
+    on the shards by store/citus.py)."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(DISTINCT memory_id) FROM lexical_postings "
+                           "WHERE tenant_id = %s", (tenant,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _lexical(mv: Any, tenant: str, repeat: int) -> dict[str, Any]:
+    """``search.text_candidates`` alone (the BM25 top 50 of recall's lexical list): median
+    and p95 over ``repeat`` queries, and the paths it took; and the same queries with a
+    type filter that every bench memory passes (``lexical_scan_*``: the same rows and
+    ranking, from the scan over ``memories``: the baseline of the postings path)."""
+    from mnemovault.store import search
+
+    out: dict[str, Any] = {}
+    for name, types in (("lexical", None), ("lexical_scan", ["episode"])):
+        where, params = search.filter_sql(tenant, "s", types=types)
+        times, paths = [], set()
+        for i in range(repeat + 1):
+            explain: dict[str, Any] = {}
+            with mv.rt.db.transaction(tenant) as conn:
+                t0 = time.perf_counter()
+                rows = search.text_candidates(conn, LEXICAL[i % len(LEXICAL)], where, params,
+                                              50, explain=explain)
+                if i:  # the first one warms
+                    times.append((time.perf_counter() - t0) * 1000)
+            if not rows:
+                raise RuntimeError(f"no lexical match for {LEXICAL[i % len(LEXICAL)]!r}")
+            paths.add(str(explain.get("path")))
+        times.sort()
+        out |= {f"{name}_ms_p50": round(statistics.median(times), 2),
+                f"{name}_ms_p95": round(times[min(len(times) - 1, int(0.95 * len(times)))], 2),
+                f"{name}_path": "/".join(sorted(paths))}
+    return out
+
+
 def _prepared(url: str, *, recover: bool = False) -> int | None:
     """Rows of ``pg_dist_transaction`` (two-phase commits on record; with ``recover`` the
     finished ones are cleared first); None without Citus. Background recovery (every 60 s)
@@ -120,7 +178,10 @@ def _measure(settings: Any, n: int, repeat: int, writes: int) -> dict[str, Any]:
             "recall_ms_p50": round(statistics.median(times), 2),
             "recall_ms_p95": round(times[min(len(times) - 1, int(0.95 * len(times)))], 2),
             "plan": _plan(mv.rt.db.url, tenant, dim),
-            "lock_plan": _lock_plan(mv.rt.db.url, tenant)}
+            "lock_plan": _lock_plan(mv.rt.db.url, tenant),
+            "lexical_stats_docs": _stats_docs(mv.rt.db.url, tenant),
+            "lexical_postings_docs": _postings_docs(mv.rt.db.url, tenant),
+            **_lexical(mv, tenant, repeat)}
         before = _prepared(mv.rt.db.url, recover=True)
         out["remember"] = _remember(mv, 8, writes)
         after = _prepared(mv.rt.db.url)
@@ -213,6 +274,17 @@ def main() -> int:
             and "per_second" in single.get("remember", {}) else None),
         "citus_recall_routed": "Task Count: 1" in cluster.get("plan", ""),
         "citus_lock_routed": "Task Count: 1" in cluster.get("lock_plan", ""),
+        "ratio_lexical_p50": (round(cluster["lexical_ms_p50"] / single["lexical_ms_p50"], 2)
+                              if "lexical_ms_p50" in cluster else None),
+        # the postings path against the scan, on each backend
+        "single_lexical_postings_vs_scan_p50": round(
+            single["lexical_ms_p50"] / single["lexical_scan_ms_p50"], 2),
+        "citus_lexical_postings_vs_scan_p50": (
+            round(cluster["lexical_ms_p50"] / cluster["lexical_scan_ms_p50"], 2)
+            if "lexical_ms_p50" in cluster else None),
+        "citus_lexical_stats_kept": cluster.get("lexical_stats_docs") == args.memories,
+        "citus_lexical_postings_kept": cluster.get("lexical_postings_docs") == args.memories,
+        "citus_lexical_path": cluster.get("lexical_path"),
         "writes": args.writes,
         "environment": environment(),
     }

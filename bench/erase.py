@@ -11,11 +11,24 @@ E of a fresh embedded PostgreSQL:
 * N/2 episodes of another subject in the same scope naming people of the same pool (they
   stay: the graph cleanup must keep shared nodes, the vault cleanup shared values).
 
-Rows go in through the real write path (``remember_many``: detectors, placeholders, vault,
-graph, audit) in batches of 500, embedded by a deterministic random-vector stand-in (no
-model: the bench measures erasing, not embedding). Tenant B is a copy of E made in SQL
-(every table the erase touches, ``tenant_id`` replaced; untimed), so both have the same
-table shape. Then, timed:
+Build (untimed; ``--build``): ``real`` sends the rows through the real write path
+(``remember_many``: detectors, placeholders, vault, graph, audit) in batches of 500,
+embedded by a deterministic random-vector stand-in (no model: the bench measures erasing,
+not embedding). ``fast`` writes the same rows in bulk (binary ``COPY``) with everything
+the write path would compute precomputed in Python by the product's own recipes: each
+value's placeholder (``TenantKeys.candidate``), fingerprint, token count and first-token
+digest (``KnownEntityIndex.entity``, identity from the detectors), its own DEK, the value
+sealed under it and the DEK wrapped under the KEK (so every vault value is real and
+revealable); the same memories (contents with those placeholders, same ids in the same
+order, ``uuid7``), lineage, graph nodes, edges and their support rows. Not written by
+``fast``: the ``WRITE`` audit rows (the erase appends to the audit chain either way). The
+HNSW index is dropped for the bulk load and rebuilt once before anything is timed (the
+same index; maintaining it row by row is most of the real build's time at 100k).
+``auto`` (the default): ``fast`` for sizes from 10,000, ``real`` below (``--quick`` and
+1,000 stay on the real path). Each result row says which build it used.
+
+Tenant B is a copy of E made in SQL (every table the erase touches, ``tenant_id``
+replaced; untimed), so both have the same table shape. Then, timed:
 
 * ``list``: every page (limit 100) of ``mv.subjects.list`` of the subject in E;
   ``list_bare``: the same pages by a plain keyset ``SELECT`` (``subject_id``, ``id >
@@ -37,6 +50,7 @@ Usage::
     python bench/erase.py --out bench/results/erase.json   # 1000, 10000, 100000 (by hand)
     python bench/erase.py --quick                          # 200 (CI, < 60 s)
     python bench/erase.py --sizes 1000,10000 --repeat 3
+    python bench/erase.py --sizes 100000 --merge bench/results/erase.json  # add one size
 
 JSON on stdout; progress on stderr. Needs nothing from ``../shared``.
 """
@@ -45,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import shutil
 import statistics
 import sys
@@ -103,6 +118,134 @@ def build(vault: MemoryVault, tenant: str, n: int) -> None:
     for batch in (facts, others):
         for i in range(0, len(batch), BATCH):
             vault.remember_many(batch[i:i + BATCH], principal=who)
+
+
+def fast_build(vault: MemoryVault, tenant: str, n: int) -> None:
+    """Tenant E of the module docstring in bulk (``--build fast``): the rows :func:`build`
+    writes, with the write path's values precomputed (module docstring)."""
+    from psycopg.types.json import Jsonb
+
+    from mnemovault.ids import uuid7
+    from mnemovault.pii.crypto import dek_aad, seal, value_aad
+    from mnemovault.pii.detect import KnownEntityIndex, detect_all
+
+    rt = vault.rt
+    vault.ensure_tenant(tenant)
+    tag = tenant.rsplit("-", 1)[-1]
+    people = [f"Person{tag}x{i:05d} Surname{i:05d}" for i in range(n // 10 + 4)]
+    emails = [f"mail{tag}.{i}@example.org" for i in range(n)]
+    with vault.db.transaction(tenant) as conn:
+        keys = rt.pii.tenant_keys(conn, tenant)
+    index = KnownEntityIndex(keys.fingerprint_key)
+    kek_v, kek = rt.pii.keyring.current, rt.pii.keyring.current_key
+    values: list[tuple[Any, ...]] = []
+    deks: list[tuple[Any, ...]] = []
+    taken: set[str] = set()
+
+    def vault_value(kind: str, value: str, identity: str | None) -> str:
+        counter = 0
+        while (ph := keys.candidate(kind, value, counter, identity=identity)) in taken:
+            counter += 1
+        taken.add(ph)
+        entity = index.entity(kind, value, identity=identity)
+        dek = secrets.token_bytes(32)
+        sealed = seal(dek, value.encode("utf-8"), value_aad(tenant, ph))
+        wrapped = seal(kek, dek, dek_aad(tenant, ph, kek_v))
+        values.append((tenant, ph, kind, entity.fingerprint, entity.n_tokens, entity.head,
+                       sealed.nonce, sealed.ciphertext))
+        deks.append((tenant, ph, kek_v, wrapped.nonce, wrapped.ciphertext))
+        return ph
+
+    person_ph = [vault_value("person", p, None) for p in people]  # caller-named entities
+    email_ph = []
+    for e in emails:  # detected: the identity the email detector gives
+        found = detect_all(e, rt.detectors)
+        assert len(found) == 1 and found[0].kind == "email", e
+        email_ph.append(vault_value("email", e, found[0].identity))
+    prov = Jsonb({"tags": []})
+    mems: list[tuple[Any, ...]] = [(tenant, uuid7(), "pool", None, "episode", "pool", prov)
+                                   for _ in range(0, len(people), 100)]
+    nodes: dict[str, str] = {}
+    node_support: list[tuple[Any, ...]] = []
+    edges: set[tuple[str, str]] = set()
+    edge_support: list[tuple[Any, ...]] = []
+
+    def mentions(mid: Any, phs: list[str]) -> None:
+        phs = sorted(set(phs))
+        for ph in phs:
+            nodes[ph] = ph[1:ph.index(":")]
+            node_support.append((tenant, ph, mid))
+        for a in range(len(phs)):
+            for b in range(a + 1, len(phs)):
+                edges.add((phs[a], phs[b]))
+                edge_support.append((tenant, phs[a], phs[b], mid))
+
+    episodes = []
+    for i in range(n):
+        mid, person = uuid7(), person_ph[i % len(people)]
+        episodes.append(mid)
+        mems.append((tenant, mid, "s", SUBJECT, "episode",
+                     f"{person} wrote from {email_ph[i]} about topic {i}", prov))
+        mentions(mid, [person, email_ph[i]])
+    lineage = []
+    for j in range(n // 4):
+        mid = uuid7()
+        mems.append((tenant, mid, "s", SUBJECT, "fact",
+                     f"fact {j}: topics {2 * j} and {2 * j + 1} are related", prov))
+        lineage += [(tenant, mid, episodes[2 * j]), (tenant, mid, episodes[2 * j + 1])]
+    for j in range(max(n // 2, 1)):
+        mid = uuid7()
+        a, b = person_ph[(j * 3) % len(people)], person_ph[(j * 7 + 1) % len(people)]
+        mems.append((tenant, mid, "s", OTHER, "episode", f"{a} and {b} still talk", prov))
+        mentions(mid, [a, b])
+    embedder = RandomEmbedder()
+
+    def copy(conn: psycopg.Connection[Any], table: str, cols: str, types: list[str],
+             rows: list[tuple[Any, ...]]) -> None:
+        with conn.cursor().copy(f"COPY {table} ({cols}) FROM STDIN "  # type: ignore[arg-type]
+                                "(FORMAT BINARY)") as cp:
+            cp.set_types(types)
+            for r in rows:
+                cp.write_row(r)
+
+    from pgvector.psycopg import register_vector
+
+    # as the owner: COPY does not run under row-level security
+    with psycopg.connect(vault.db.url) as conn, conn.transaction():
+        register_vector(conn)
+        copy(conn, "pii_values", "tenant_id, placeholder, kind, fingerprint, ntokens, head, "
+             "nonce, ciphertext", ["text", "text", "text", "bytea", "int4", "bytea", "bytea",
+                                   "bytea"], values)
+        copy(conn, "pii_deks", "tenant_id, placeholder, kek_version, nonce, wrapped_dek",
+             ["text", "text", "int4", "bytea", "bytea"], deks)
+        for i in range(0, len(mems), 5000):
+            batch = mems[i:i + 5000]
+            vecs = embedder.embed([m[5] for m in batch])
+            copy(conn, "memories", "tenant_id, id, scope, subject_id, type, content, "
+                 "provenance, embedding", ["text", "uuid", "text", "text", "text", "text",
+                                           "jsonb", "vector"],
+                 [(*m, vecs[k]) for k, m in enumerate(batch)])
+        copy(conn, "memory_lineage", "tenant_id, memory_id, source_id",
+             ["text", "uuid", "uuid"], lineage)
+        copy(conn, "graph_nodes", "tenant_id, node_id, kind", ["text", "text", "text"],
+             [(tenant, ph, kind) for ph, kind in sorted(nodes.items())])
+        copy(conn, "graph_node_support", "tenant_id, node_id, memory_id",
+             ["text", "text", "uuid"], node_support)
+        copy(conn, "graph_edges", "tenant_id, source_node, target_node",
+             ["text", "text", "text"], [(tenant, a, b) for a, b in sorted(edges)])
+        copy(conn, "graph_edge_support", "tenant_id, source_node, target_node, memory_id",
+             ["text", "text", "text", "uuid"], edge_support)
+
+
+def drop_hnsw(conn: psycopg.Connection[Any]) -> list[str]:
+    """Drop the vector indexes of ``memories`` (owner connection); their definitions."""
+    defs = [r[0] for r in conn.execute(
+        "SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i JOIN pg_class c "
+        "ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam "
+        "WHERE i.indrelid = 'memories'::regclass AND a.amname IN ('hnsw', 'ivfflat')")]
+    for d in defs:
+        conn.execute(f"DROP INDEX {d.split()[2]}")  # type: ignore[arg-type]
+    return defs
 
 
 def copy_tenant(conn: psycopg.Connection[Any], src: str, dst: str) -> None:
@@ -188,7 +331,7 @@ def bare_delete(vault: MemoryVault, tenant: str, ids: list[uuid.UUID], nodes: li
     return time.perf_counter() - t
 
 
-def run_size(n: int, rep: int) -> dict[str, Any]:
+def run_size(n: int, rep: int, mode: str) -> dict[str, Any]:
     data_dir = Path(tempfile.mkdtemp(prefix=f"mv-bench-erase-{n}-"))
     data_dir.chmod(0o755)
     vault = MemoryVault.open(Settings(data_dir=data_dir, database_url=None,
@@ -196,13 +339,26 @@ def run_size(n: int, rep: int) -> dict[str, Any]:
     try:
         te, tb = f"be{n}-{rep}-{uuid.uuid4().hex[:6]}", f"bb{n}-{rep}-{uuid.uuid4().hex[:6]}"
         t = time.perf_counter()
-        build(vault, te, n)
-        build_s = time.perf_counter() - t
+        hnsw: list[str] = []
+        if mode == "fast":
+            with psycopg.connect(vault.db.url, autocommit=True) as conn:
+                hnsw = drop_hnsw(conn)
+            fast_build(vault, te, n)
+        else:
+            build(vault, te, n)
         with psycopg.connect(vault.db.url, autocommit=True) as conn:
             with conn.transaction():
                 copy_tenant(conn, te, tb)
+            if hnsw:
+                t_ix = time.perf_counter()
+                conn.execute("SET maintenance_work_mem = '2GB'")
+                for d in hnsw:
+                    conn.execute(d)  # type: ignore[arg-type]
+                say(f"N={n}: HNSW index rebuilt in {time.perf_counter() - t_ix:.1f} s")
             conn.execute("VACUUM ANALYZE")  # both tenants plan with current statistics
             nodes_before, edges_before = graph_keys(conn, te)
+        build_s = time.perf_counter() - t
+        say(f"N={n}: built ({mode}) and copied in {build_s:.1f} s")
 
         list_s, pages, listed = list_pages(vault, te)
         list_bare_s, listed_bare = list_bare(vault, tb)
@@ -232,7 +388,7 @@ def run_size(n: int, rep: int) -> dict[str, Any]:
                 "scrub_complete": report.complete, "wal_switches": report.wal["switches"],
                 "memories_erased": len(er.deleted), "shredded": len(er.shredded),
                 "graph_nodes_removed": len(nodes), "graph_edges_removed": len(edges),
-                "build_s": build_s}
+                "build_s": build_s, "build": mode}
     finally:
         vault.close()
         stop_embedded(data_dir)
@@ -249,6 +405,11 @@ def main() -> None:
     p.add_argument("--sizes", type=str, default=None, help="comma-separated sizes")
     p.add_argument("--repeat", type=int, default=3, help="runs per size up to 1,000")
     p.add_argument("--out", type=Path, help="also write the JSON here")
+    p.add_argument("--build", choices=("auto", "real", "fast"), default="auto",
+                   help="how tenant E is built (module docstring); auto: fast from 10,000")
+    p.add_argument("--merge", type=Path, help="an earlier result file: keep its rows of "
+                   "other sizes (each row keeps the run it came from) and write the union "
+                   "back to it")
     a = p.parse_args()
     quiet_logging()
     sizes = ([int(s) for s in a.sizes.split(",")] if a.sizes
@@ -260,7 +421,8 @@ def main() -> None:
         runs = []
         for rep in range(a.repeat if n <= 1000 else 1):
             say(f"N={n} run {rep + 1}: building, listing, erasing, deleting, scrubbing")
-            runs.append(run_size(n, rep))
+            runs.append(run_size(n, rep, a.build if a.build != "auto"
+                                  else "fast" if n >= 10_000 else "real"))
         med = {k: statistics.median(r[k] for r in runs) for k in MEDIANS}
         first = runs[0]
         row = {"n": n, "runs": len(runs),
@@ -272,18 +434,46 @@ def main() -> None:
                "erase_over_bare": round(med["erase_s"] / med["bare_delete_s"], 2),
                "list_over_bare": round(med["list_s"] / med["list_bare_s"], 2),
                "scrub_complete": all(r["scrub_complete"] for r in runs),
-               "build_s": round(first["build_s"], 2)}
+               "build_s": round(first["build_s"], 2), "build": first["build"],
+               "list_bare_page_s": round(med["list_bare_s"] / first["pages"], 6),
+               "list_page_over_bare_page": round(
+                   med["list_page_median_s"] / (med["list_bare_s"] / first["pages"]), 2)}
         say(json.dumps(row))
         results.append(row)
+    run = {"command": " ".join(["python", "bench/erase.py", *sys.argv[1:]]),
+           "environment": env, "seconds": round(time.perf_counter() - started, 1)}
+    for row in results:
+        row["run"] = 0
     report = {"bench": "erase", "quick": a.quick, "target": "erase_over_bare <= 2",
-              "embedder": "deterministic random vectors (no model)",
-              "environment": env, "seconds": round(time.perf_counter() - started, 1),
+              "embedder": "deterministic random vectors (no model)", **run,
               "results": results}
+    if a.merge is not None and a.merge.is_file():
+        report = merge(json.loads(a.merge.read_text()), run, results)
+        a.out = a.out or a.merge
     text = json.dumps(report, indent=2)
     print(text)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(text + "\n")
+
+
+def merge(old: dict[str, Any], run: dict[str, Any],
+          results: list[dict[str, Any]]) -> dict[str, Any]:
+    """``old`` (a result file) with this run's rows replacing its rows of the same sizes:
+    ``runs`` lists every run whose rows are kept (command, environment, seconds), each
+    row naming its run by index."""
+    runs = old.get("runs") or [{k: old[k] for k in ("command", "environment", "seconds")
+                                if k in old}]
+    rows = [{**r, "run": r.get("run", 0)} for r in old["results"]]
+    rows = [r for r in rows if r["n"] not in {x["n"] for x in results}]
+    kept = sorted({r["run"] for r in rows})
+    renum = {old_i: new_i for new_i, old_i in enumerate(kept)}
+    rows = [{**r, "run": renum[r["run"]]} for r in rows]
+    runs = [runs[i] for i in kept] + [run]
+    rows += [{**r, "run": len(runs) - 1} for r in results]
+    return {"bench": "erase", "quick": False, "target": "erase_over_bare <= 2",
+            "embedder": old.get("embedder", "deterministic random vectors (no model)"),
+            "runs": runs, "results": sorted(rows, key=lambda r: r["n"])}
 
 
 if __name__ == "__main__":

@@ -20,13 +20,18 @@ Sets (each skipped when its data is missing):
   where the preference matters without naming it ("We're going out for Thai tonight, what
   should I order?" for "I can't handle spicy food"). Gold: the one preference memory.
 
-Variants: ``fused`` (the configured fusion), ``vector_only`` and ``text_only`` (the same
-fusion with the other weight at 0), ``previous`` (the convex 0.4 : 0.6 fusion used before
-the gated one), all through the real ``recall`` (candidate lists captured once per
-question and re-fused with the real ``fuse`` for each variant; the replay of ``fused`` is
-checked against the live result); ``bm25`` (bm25s, Lucene BM25 k1=1.5 b=0.75 over the
-stored texts, tokens = lowercase alphanumeric runs) and ``dense`` (plain exact cosine of
-the query embedding against every stored embedding of the scope). k = 1, 5, 10, 20.
+Variants: ``fused`` (the configured fusion with its conversation-context stage),
+``no_context`` (the same fusion without it: the default before), ``vector_only`` and
+``text_only`` (the plain fusion with the other weight at 0: its parts), ``previous`` (the
+convex 0.4 : 0.6 fusion used before the gated one), all through the real ``recall``
+(candidate lists captured once per question and re-fused with the real ``fuse`` for each
+variant, the neighbours in remembered order rebuilt from the stored rows as
+:mod:`mnemovault.store.neighbours` finds them; the replay of ``fused`` is checked against
+the live result); ``bm25`` (bm25s, Lucene BM25 k1=1.5 b=0.75 over the stored texts,
+tokens = lowercase alphanumeric runs) and ``dense`` (plain exact cosine of the query
+embedding against every stored embedding of the scope). k = 1, 5, 10, 20. ``ablation``
+adds the context stage's own variants (one turn each way, symmetric; no time gap; each
+part with context).
 
 Usage::
 
@@ -65,10 +70,13 @@ SHARED = Path(__file__).resolve().parents[2] / "shared/datasets"
 LOCOMO = SHARED / "locomo/locomo10.json"
 MADIAL = SHARED / "madial"
 TENANT_NOTE = "one tenant, one vault, every set in its own scopes"
-# the grid the LoCoMo split chooses from (gated fusion)
-GRID_TEXT = (0.5, 0.6, 0.7, 0.8)
-GRID_LOW = (0.0, 0.02, 0.05, 0.08)
-GRID_HIGH = (0.15, 0.2, 0.25, 0.3)
+# the grid the LoCoMo split chooses from (gated fusion, then its context stage)
+GRID_TEXT = (0.6, 0.7)
+GRID_GATE = ((0.0, 0.15), (0.05, 0.2))
+GRID_AFTER = (0.3, 0.5, 0.7)
+GRID_BEFORE = (0.2, 0.4)
+GRID_WINDOW = (1, 2, 3)
+MAX_WINDOW = max(GRID_WINDOW)
 
 _T0 = time.perf_counter()
 _TOKEN_RE = re.compile(r"[a-z0-9]+")
@@ -333,6 +341,7 @@ class Capture:
         def recording(vh: Any, th: Any, meta: Any, now: Any, w: Any, **kw: Any) -> Any:
             self.calls.append((list(vh), list(th), dict(meta), now, kw.get("text_max")))
             return real(vh, th, meta, now, w, **kw)
+        # recall calls fuse once, and again with the context stage
 
         svc.fuse = recording
         emb = vault.embedder
@@ -352,9 +361,30 @@ class Capture:
         yield
 
 
-def replay(cap: Any, w: Any, fuse: Any, id_to_doc: dict[Any, str], k: int) -> list[str]:
+def replay(cap: Any, w: Any, fuse: Any, id_to_doc: dict[Any, str], k: int,
+           near: Any = None) -> list[str]:
+    """Re-fuse captured candidate lists with weights ``w``; ``near``: the neighbour map
+    (every stored row's, :func:`neighbour_map`), None for the plain fusion."""
     vh, th, meta, now, tmax = cap
-    return [id_to_doc[f.id] for f in fuse(vh, th, meta, now, w, text_max=tmax)[:k]]
+    return [id_to_doc[f.id] for f in fuse(vh, th, meta, now, w, text_max=tmax,
+                                          neighbours=near)[:k]]
+
+
+def neighbour_map(docs: list[Any], window: int, gap_seconds: float) -> dict[Any, Any]:
+    """id -> [(neighbour id, offset)] in remembered order ``(created_at, id)`` within the
+    scope, ``window`` each way, at most ``gap_seconds`` from the memory (what
+    :func:`mnemovault.store.neighbours.adjacent` returns for an unfiltered recall)."""
+    by_scope: dict[str, list[Any]] = defaultdict(list)
+    for d in docs:
+        by_scope[d[1]].append(d)
+    out: dict[Any, Any] = {}
+    for ds in by_scope.values():
+        ds.sort(key=lambda d: (d[5], d[0]))
+        for i, d in enumerate(ds):
+            out[d[0]] = [(ds[j][0], j - i)
+                         for j in range(max(i - window, 0), min(i + window + 1, len(ds)))
+                         if j != i and abs((ds[j][5] - d[5]).total_seconds()) <= gap_seconds]
+    return out
 
 
 # -- main ------------------------------------------------------------------------------------
@@ -402,11 +432,12 @@ def capture_live(args: argparse.Namespace, corpus: Corpus) -> dict[str, Any]:
         scopes = sorted({it["scope"] for it in items})
         with vault.db.transaction(tenant) as conn:
             rows = conn.execute(
-                "SELECT id, scope, content, embedding, provenance->>'doc' AS doc "
-                "FROM memories WHERE scope = ANY(%s) AND status = 'active'",
+                "SELECT id, scope, content, embedding, provenance->>'doc' AS doc, "
+                "created_at, subject_id FROM memories "
+                "WHERE scope = ANY(%s) AND status = 'active'",
                 (scopes,)).fetchall()
         out["docs"] = [(r["id"], r["scope"], r["doc"], r["content"],
-                        _vec(r["embedding"])) for r in rows]
+                        _vec(r["embedding"]), r["created_at"], r["subject_id"]) for r in rows]
         cap = Capture(vault)
         out["captures"], out["qvecs"], out["live"], lat = [], [], [], []
         for qi, q in enumerate(corpus.queries):
@@ -414,7 +445,11 @@ def capture_live(args: argparse.Namespace, corpus: Corpus) -> dict[str, Any]:
                 t = time.perf_counter()
                 hits = vault.recall(q.text, scope=q.scope, k=20, touch=False)
                 lat.append(time.perf_counter() - t)
-            out["captures"].append(cap.calls[0] if len(cap.calls) == 1 else None)
+            if cap.calls and len(cap.calls) <= 2:
+                vh, th, _, now, tmax = cap.calls[0]
+                out["captures"].append((vh, th, cap.calls[-1][2], now, tmax))
+            else:
+                out["captures"].append(None)
             out["qvecs"].append(cap.vecs[-1] if cap.vecs else None)
             out["live"].append([h.memory.id for h in hits])
             if (qi + 1) % 250 == 0:
@@ -423,6 +458,7 @@ def capture_live(args: argparse.Namespace, corpus: Corpus) -> dict[str, Any]:
         out["latency_ms"] = {"p50": round(float(np.median(ms)), 2),
                              "p95": round(float(np.percentile(ms, 95)), 2)}
         out["weights"] = vault.weights
+        out["context"] = _context(vault.settings)
     finally:
         vault.close()
         stop_embedded(data_dir)
@@ -440,23 +476,38 @@ def evaluate(corpus: Corpus, live: dict[str, Any], quick: bool) -> dict[str, Any
 
     logging.getLogger("bm25s").setLevel(logging.WARNING)
     w = live["weights"]
+    context_on, gap = live["context"]
     id_to_doc = {d[0]: d[2] for d in live["docs"]}
+    # every stored row's (created_at, pinned): a neighbour outside the candidates
+    doc_meta = {d[0]: (d[5], False) for d in live["docs"]}
+    caps = [(c[0], c[1], {**doc_meta, **c[2]}, c[3], c[4]) if c else None
+            for c in live["captures"]]
+    near = neighbour_map(live["docs"], MAX_WINDOW, gap)
+    near_no_gap = neighbour_map(live["docs"], MAX_WINDOW, float("inf"))
+    ctx = near if context_on else None
     by_scope: dict[str, list[Any]] = defaultdict(list)
     for d in live["docs"]:
         by_scope[d[1]].append(d)
-    caps = live["captures"]
+    one_turn = dataclasses.replace(w, context_after=0.5, context_before=0.5, context_window=1)
     variants = {
-        "fused": w,
-        "vector_only": dataclasses.replace(w, text=0.0),
-        "text_only": dataclasses.replace(w, vector=0.0),
-        "previous": FusionWeights(method="convex", vector=0.4, text=0.6, recency=w.recency,
-                                  half_life_days=w.half_life_days, pin=w.pin),
+        "fused": (w, ctx),
+        "no_context": (w, None),
+        "vector_only": (dataclasses.replace(w, text=0.0), None),
+        "text_only": (dataclasses.replace(w, vector=0.0), None),
+        "previous": (FusionWeights(method="convex", vector=0.4, text=0.6, recency=w.recency,
+                                   half_life_days=w.half_life_days, pin=w.pin), None),
     }
-    ranked: dict[str, list[list[str]]] = {v: [] for v in variants}
+    ablation = {
+        "context_one_turn_symmetric_0.5": (one_turn, near),
+        "context_without_time_gap": (w, near_no_gap),
+        "vector_only_with_context": (dataclasses.replace(w, text=0.0), near),
+        "text_only_with_context": (dataclasses.replace(w, vector=0.0), near),
+    }
+    ranked: dict[str, list[list[str]]] = {v: [] for v in (*variants, *ablation)}
     mismatches = 0
     for cap, live_ids in zip(caps, live["live"], strict=True):
-        for name, vw in variants.items():
-            ranked[name].append(replay(cap, vw, fuse, id_to_doc, 20) if cap else [])
+        for name, (vw, nb) in (*variants.items(), *ablation.items()):
+            ranked[name].append(replay(cap, vw, fuse, id_to_doc, 20, nb) if cap else [])
         if cap and ranked["fused"][-1] != [id_to_doc[i] for i in live_ids]:
             mismatches += 1
     # baselines
@@ -481,21 +532,26 @@ def evaluate(corpus: Corpus, live: dict[str, Any], quick: bool) -> dict[str, Any
     for s in names:
         idx = [i for i, q in enumerate(corpus.queries) if q.set == s]
         qs = [corpus.queries[i] for i in idx]
-        sets[s] = {v: recall_at(qs, [ranked[v][i] for i in idx]) for v in ranked}
+        sets[s] = {v: recall_at(qs, [ranked[v][i] for i in idx]) for v in ranked
+                   if v not in ablation}
+        sets[s]["ablation"] = {v: recall_at(qs, [ranked[v][i] for i in idx])
+                               for v in ablation}
     # LoCoMo halves: choose on one, report on the other
     split: dict[str, Any] = {}
     lidx = [i for i, q in enumerate(corpus.queries) if q.set == "locomo"]
     if lidx:
         grid = [dataclasses.replace(w, method="gated", text=t, vector=round(1 - t, 6),
-                                    gate_low=lo, gate_high=hi)
-                for t in GRID_TEXT for lo in GRID_LOW for hi in GRID_HIGH]
+                                    gate_low=lo, gate_high=hi, context_after=a,
+                                    context_before=b, context_window=win)
+                for t in GRID_TEXT for lo, hi in GRID_GATE for a in GRID_AFTER
+                for b in GRID_BEFORE for win in GRID_WINDOW]
         if quick:
             grid = grid[::7]
         halves = {h: [i for i in lidx if corpus.queries[i].group == h] for h in "AB"}
 
         def r10(ws: Any, idx: list[int]) -> float:
             qs = [corpus.queries[i] for i in idx]
-            rk = [replay(caps[i], ws, fuse, id_to_doc, 10) for i in idx]
+            rk = [replay(caps[i], ws, fuse, id_to_doc, 10, near) for i in idx]
             return float(recall_at(qs, rk)["@10"] or 0.0)
 
         scored = {h: [r10(g, halves[h]) for g in grid] for h in "AB"}
@@ -505,19 +561,25 @@ def evaluate(corpus: Corpus, live: dict[str, Any], quick: bool) -> dict[str, Any
             qs = [corpus.queries[i] for i in halves[report]]
             split[f"chosen_on_{pick}_reported_on_{report}"] = {
                 "chosen": {"text": g.text, "vector": g.vector, "gate_low": g.gate_low,
-                           "gate_high": g.gate_high},
+                           "gate_high": g.gate_high, "context_after": g.context_after,
+                           "context_before": g.context_before,
+                           "context_window": g.context_window},
                 f"turn_recall@10_on_{pick}": round(scored[pick][best], 4),
                 f"on_{report}": {
-                    "chosen": recall_at(qs, [replay(caps[i], g, fuse, id_to_doc, 20)
+                    "chosen": recall_at(qs, [replay(caps[i], g, fuse, id_to_doc, 20, near)
                                              for i in halves[report]]),
                     "default": recall_at(qs, [ranked["fused"][i] for i in halves[report]]),
+                    "no_context": recall_at(qs, [ranked["no_context"][i]
+                                                 for i in halves[report]]),
                     "vector_only": recall_at(qs, [ranked["vector_only"][i]
                                                   for i in halves[report]]),
                     "text_only": recall_at(qs, [ranked["text_only"][i]
                                                 for i in halves[report]]),
                 }}
-        split["grid"] = {"text": GRID_TEXT, "gate_low": GRID_LOW, "gate_high": GRID_HIGH,
-                         "points": len(grid)}
+        split["grid"] = {"text": GRID_TEXT, "gate_low_high": GRID_GATE,
+                         "context_after": GRID_AFTER, "context_before": GRID_BEFORE,
+                         "context_window": GRID_WINDOW, "context_decay": w.context_decay,
+                         "context_anchors": w.context_anchors, "points": len(grid)}
         split["note"] = ("each half picks the grid point with the best LoCoMo turn "
                          "recall@10 on itself (LoCoMo alone: it cannot see what the gate "
                          "does for MADial or the preference set); 'default' is the "
@@ -530,7 +592,8 @@ def evaluate(corpus: Corpus, live: dict[str, Any], quick: bool) -> dict[str, Any
                                   "ok": m["fused"][f"@{k}"] >= parts - 0.01}
     return {"sets": sets, "locomo_split": split, "never_loses_to_parts": checks,
             "replay_check": {"queries": len(caps), "mismatches": mismatches},
-            "weights": dataclasses.asdict(w)}
+            "weights": dataclasses.asdict(w),
+            "context": {"on": context_on, "gap_seconds": gap}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -561,6 +624,7 @@ def main(argv: list[str] | None = None) -> int:
         from mnemovault.config import Settings
 
         live["weights"] = _weights(Settings())
+        live["context"] = _context(Settings())
         progress(f"replaying {args.cache}")
     else:
         live = capture_live(args, corpus)
@@ -589,7 +653,13 @@ def _weights(settings: Any) -> Any:
     return FusionWeights(method=s.recall_fusion, rrf_k=s.recall_rrf_k,
                          vector=s.recall_vector_weight, text=s.recall_text_weight,
                          recency=s.recall_recency_weight,
-                         half_life_days=s.recall_recency_half_life_days)
+                         half_life_days=s.recall_recency_half_life_days,
+                         gate_low=s.recall_gate_low, gate_high=s.recall_gate_high)
+
+
+def _context(settings: Any) -> tuple[bool, float]:
+    """Whether recall runs the conversation-context stage, and its time gap (seconds)."""
+    return bool(settings.recall_context), float(settings.recall_context_gap_seconds)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from mnemovault.cli import app as cli_app
 from mnemovault.errors import Conflict, Forbidden, ValidationError
 from mnemovault.governance import forget as forget_mod
 from mnemovault.memories import write as write_mod
+from mnemovault.store.db import owner_connection
 from mnemovault.vault import MemoryVault
 from tests.subjects_world import audit_rows, build, counts, memory_ids
 
@@ -75,6 +76,13 @@ def test_erase_removes_exactly_the_subjects_rows_in_every_table(
     diff.pop("graph_edges", None)
     assert diff.pop("pii_deks") == len(er.shredded)  # a shredded value's DEK goes
     diff.pop("lexical_df", None)  # term statistics over the remaining memories
+    assert diff.pop("lexical_postings") > 0  # the erased memories' postings go ...
+    with owner_connection(vault.db.url, autocommit=True) as conn:  # ... none outlives
+        orphans = conn.execute(  # its memory
+            "SELECT count(*) FROM lexical_postings p WHERE tenant_id = %s AND NOT "
+            "EXISTS (SELECT 1 FROM memories m WHERE m.tenant_id = p.tenant_id AND "
+            "m.id = p.memory_id)", (tenant,)).fetchone()
+    assert orphans is not None and orphans[0] == 0
     assert diff == {}, diff  # no other table lost (or gained) a row
     assert er.receipt["counts"]["memories"] == len(listed)
     assert er.receipt["counts"]["derived"] == 1

@@ -7,15 +7,20 @@ idempotent, and reports what it removed."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import uuid
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
+from mnemovault.audit import log as audit_log
+from mnemovault.audit.verify import verify_file
 from mnemovault.cli import app as cli_app
 from mnemovault.config import Settings
+from mnemovault.errors import ValidationError
 from mnemovault.store.embedded import stop
 from mnemovault.subjects import ledger as ledger_mod
 from mnemovault.vault import MemoryVault
@@ -74,8 +79,13 @@ def _copy(src: Path, dst: Path) -> None:
         os.chown(d_path, st.st_uid, st.st_gid, follow_symlinks=False)
 
 
-def test_reapply_after_a_backup_restore_erases_the_subject_again(tmp_path: Path) -> None:
+def test_reapply_after_a_backup_restore_erases_the_subject_again(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # opening a vault sets the process-wide audit signing key: give the session's back after
+    monkeypatch.setattr(audit_log, "config", audit_log.config)
     data = tmp_path / "mv"
+    mirror = data / "audit" / "acme.jsonl"  # the audit mirror, beside the ledger
     settings = Settings(data_dir=data, database_url=None)
     backup = tmp_path / "backup-pg"
     mv = MemoryVault.open(settings)
@@ -87,6 +97,7 @@ def test_reapply_after_a_backup_restore_erases_the_subject_again(tmp_path: Path)
         mv.close()
         stop(data)
     _copy(data / "pg", backup)  # the backup: a copy of the stopped data dir
+    at_backup = mirror.read_bytes()
 
     mv = MemoryVault.open(settings)
     try:
@@ -97,6 +108,8 @@ def test_reapply_after_a_backup_restore_erases_the_subject_again(tmp_path: Path)
     finally:
         mv.close()
         stop(data)
+    lost = mirror.read_bytes()[len(at_backup):]  # the audit rows the restore will undo
+    assert lost.count(b"\n") >= 2
 
     shutil.rmtree(data / "pg")  # the restore: back to the backup; the ledger dir stays
     _copy(backup, data / "pg")
@@ -105,8 +118,17 @@ def test_reapply_after_a_backup_restore_erases_the_subject_again(tmp_path: Path)
         who = mv.principal("acme")
         assert set(w.ada_s) | set(forgot) <= memory_ids(mv, "acme")  # the restore undid them
         assert mv.placeholder_outputs(er.shredded, principal=who) == {}  # values live again
+        caplog.set_level(logging.WARNING, logger="mnemovault.audit.jsonl")
         res = mv.subjects.reapply_erasures(principal=who)
         assert res.removed == sorted({*w.ada_s, *forgot})
+        # the ledger file keeps the two lines the table lost, and says so
+        assert any("2 lines have no row in the table" in r.getMessage()
+                   for r in caplog.records)
+        # the audit mirror set the lost timeline aside and is the restored chain again
+        sides = sorted((data / "audit").glob("acme.jsonl.restored-*"))
+        assert len(sides) == 1 and sides[0].read_bytes() == lost
+        assert mirror.read_bytes() == b"".join(mv.audit.export(who))
+        assert mirror.read_bytes().startswith(at_backup) and verify_file(mirror).ok
         assert set(er.shredded) <= set(res.shredded)
         assert res.audit_seq is not None
         assert memory_ids(mv, "acme") == {kept.id, w.others[0], w.others[2]}
@@ -127,6 +149,41 @@ def test_reapply_after_a_backup_restore_erases_the_subject_again(tmp_path: Path)
     finally:
         mv.close()
         stop(data)
+
+
+def test_export_refuses_the_live_file_and_replaces_a_copy_whole(
+        vault: MemoryVault, tenant: str, tmp_path: Path) -> None:
+    who = vault.principal(tenant)
+    vault.forget([vault.remember("to forget", scope="q", principal=who).id], principal=who)
+    live = Path(str(vault.settings.data_dir)) / "ledger" / f"{tenant}.jsonl"
+    before = live.read_bytes()
+    with pytest.raises(ValidationError) as err:
+        vault.subjects.export_ledger(live, principal=who)
+    assert err.value.field == "path" and live.read_bytes() == before
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(b"x" * 10_000)  # an older, longer copy: replaced, not overwritten
+    assert vault.subjects.export_ledger(copy, principal=who) == 1
+    assert copy.read_bytes() == before
+    with pytest.raises(ValidationError) as err:
+        ledger_mod.read([tmp_path / "missing.jsonl"])
+    assert err.value.field == "ledger"
+
+
+def test_a_file_ahead_of_the_table_is_kept_whole(vault: MemoryVault, tenant: str) -> None:
+    # the ledger file written before the shared mechanics: same bytes, continued as before
+    who = vault.principal(tenant)
+    vault.forget([vault.remember("one", scope="q", principal=who).id], principal=who)
+    live = Path(str(vault.settings.data_dir)) / "ledger" / f"{tenant}.jsonl"
+    mine = live.read_bytes()
+    assert mine == b"".join(ledger_mod.line(r) for r in _table(vault, tenant))
+    stale = mine.replace(b'"kind":"forget"', b'"kind":"erase"').replace(
+        mine[mine.index(b'"id":"') + 6:mine.index(b'"id":"') + 42], str(uuid.uuid4()).encode())
+    live.write_bytes(mine + stale)  # a line of a row the (restored) table lacks
+    vault.forget([vault.remember("two", scope="q", principal=who).id], principal=who)
+    lines = live.read_bytes().splitlines(keepends=True)
+    assert lines[:2] == [mine, stale]  # kept, in place
+    assert b"".join(lines[2:]) == ledger_mod.line(_table(vault, tenant)[-1])
+    assert list(live.parent.glob(f"{tenant}.jsonl.*-*")) == []  # nothing set aside
 
 
 def test_a_malformed_ledger_line_is_named(tmp_path: Path) -> None:

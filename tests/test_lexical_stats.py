@@ -157,7 +157,8 @@ def test_maxscore_skips_what_cannot_reach_the_top(vault: MemoryVault, tenant: st
         return rows
 
     monkeypatch.setattr(search, "_bm25", spy)
-    where, params = filter_sql(tenant, "ms")
+    # a filter: the path over memories (unfiltered recalls read the postings: test_postings)
+    where, params = filter_sql(tenant, "ms", include_archived=True)
     with vault.db.transaction(tenant) as conn:
         fast = search.text_candidates(conn, "zebra apple", where, params, 5)
         slow = text_candidates_recount(conn, "zebra apple", where, params, 5)

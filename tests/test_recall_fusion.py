@@ -138,3 +138,144 @@ def test_the_gate_thresholds_are_settings(vault: MemoryVault) -> None:
     mv = MemoryVault(vault.db, vault.embedder, s, vault.keyring)
     assert (mv.weights.gate_low, mv.weights.gate_high) == (0.1, 0.3)
     assert (vault.weights.gate_low, vault.weights.gate_high) == (0.05, 0.2)  # defaults
+
+
+# -- conversation context (neighbours in remembered order) ----------------------------------
+
+CTX = FusionWeights(recency=0.0)
+
+
+def test_context_lends_to_the_turn_after_a_strong_hit() -> None:
+    after = uuid.UUID(int=99)  # not a candidate at all
+    meta = {**META, after: (NOW - timedelta(days=400), False)}
+    plain = fuse(VEC, TXT, meta, NOW, CTX, text_max=20.0)
+    top = plain[0]
+    fused = fuse(VEC, TXT, meta, NOW, CTX, text_max=20.0,
+                 neighbours={top.id: [(after, 1)]})
+    got = {f.id: f for f in fused}
+    assert got[after].score == pytest.approx(CTX.context_after * top.score)
+    assert got[after].vector_rank is None and got[after].text_rank is None
+    assert [f.id for f in fused].index(after) < len(plain)  # joined, above the weak tail
+    # the others keep their plain scores
+    assert {f.id: f.score for f in fused if f.id != after} == \
+        pytest.approx({f.id: f.score for f in plain})
+
+
+def test_context_offsets_decay_and_the_largest_loan_wins() -> None:
+    a, b = uuid.UUID(int=98), uuid.UUID(int=99)
+    plain = fuse(VEC, TXT, META, NOW, CTX, text_max=20.0)
+    s0, s1 = plain[0].score, plain[1].score
+    near = {plain[0].id: [(a, -2), (b, 1)], plain[1].id: [(b, -1)]}
+    got = {f.id: f.score for f in fuse(VEC, TXT, META, NOW, CTX, text_max=20.0,
+                                       neighbours=near)}
+    assert got[a] == pytest.approx(CTX.context_before * s0 * CTX.context_decay)
+    assert got[b] == pytest.approx(max(CTX.context_after * s0, CTX.context_before * s1))
+
+
+def test_context_only_from_anchors_and_within_the_window() -> None:
+    far, late = uuid.UUID(int=98), uuid.UUID(int=99)
+    plain = fuse(VEC, TXT, META, NOW, CTX, text_max=20.0)
+    w = dataclasses.replace(CTX, context_anchors=1)
+    near = {plain[0].id: [(far, CTX.context_window + 1)], plain[1].id: [(late, 1)]}
+    ids = {f.id for f in fuse(VEC, TXT, META, NOW, w, text_max=20.0, neighbours=near)}
+    assert far not in ids and late not in ids  # beyond the window; not an anchor
+    off = dataclasses.replace(CTX, context_after=0.0, context_before=0.0)
+    assert not off.context
+    assert [(f.id, f.score) for f in fuse(VEC, TXT, META, NOW, off, text_max=20.0,
+                                          neighbours={plain[0].id: [(late, 1)]})] == \
+        [(f.id, f.score) for f in plain]
+
+
+def _conversation(vault: MemoryVault, who: object, scope: str) -> list[str]:
+    turns = [
+        "Ben: Did you go anywhere nice over the long weekend?",
+        "Ana: What was that place you kept talking about, the one with the lighthouse?",
+        "Ben: Oh, Skagen! We drove up on Friday and stayed in a tiny fisherman's cottage.",
+        "Ana: Lovely. I mostly stayed home and caught up on reading.",
+        "Ben: Work has been hectic, the release slipped again.",
+        "Ana: Same here, we have an audit next month.",
+    ]
+    vault.remember_many([{"content": t, "scope": scope} for t in turns],
+                        principal=who)  # type: ignore[arg-type]
+    return turns
+
+
+def test_recall_raises_the_reply_next_to_a_strong_hit(vault: MemoryVault,
+                                                      tenant: str) -> None:
+    who = vault.principal(tenant)
+    turns = _conversation(vault, who, "ctx")
+    # filler the query's words also reach, remembered long before (another session)
+    old = datetime.now(UTC) - timedelta(days=30)
+    vault.remember_many([{"content": f"Note {i}: the lighthouse tour brochure, page {i}.",
+                          "scope": "ctx", "created_at": old + timedelta(hours=2 * i)}
+                         for i in range(8)], principal=who)
+    q = "Which place with a lighthouse did Ana ask about?"
+    off = vault.settings.model_copy(update={"recall_context": False})
+    plain = MemoryVault(vault.db, vault.embedder, off, vault.keyring)
+    before = [h.memory.content for h in plain.recall(q, scope="ctx", k=3, principal=who)]
+    after_hits = vault.recall(q, scope="ctx", k=3, principal=who)
+    after = [h.memory.content for h in after_hits]
+    assert before[0] == after[0] == turns[1]          # the lexical hit
+    assert turns[2] not in before                      # its reply: no shared words
+    assert turns[2] in after                           # lent by its neighbour
+    reply = next(h for h in after_hits if h.memory.content == turns[2])
+    assert reply.score < after_hits[0].score
+
+
+def test_context_off_restores_the_plain_ranking(vault: MemoryVault, tenant: str) -> None:
+    who = vault.principal(tenant)
+    _conversation(vault, who, "ctx-off")
+    q = "Which place with a lighthouse did Ana ask about?"
+    off = vault.settings.model_copy(update={"recall_context": False})
+    plain = MemoryVault(vault.db, vault.embedder, off, vault.keyring)
+    got = plain.recall(q, scope="ctx-off", k=6, principal=who)
+    w0 = dataclasses.replace(vault.weights, context_after=0.0, context_before=0.0)
+    zero = MemoryVault(vault.db, vault.embedder, vault.settings, vault.keyring)
+    zero.weights = w0
+    same = zero.recall(q, scope="ctx-off", k=6, principal=who)
+    with_ctx = vault.recall(q, scope="ctx-off", k=6, principal=who)
+    # (recency moves by microseconds between the calls)
+    assert [h.memory.id for h in same] == [h.memory.id for h in got]
+    assert [h.score for h in same] == pytest.approx([h.score for h in got], abs=1e-6)
+    assert [h.score for h in with_ctx] != pytest.approx([h.score for h in got], abs=1e-3)
+
+
+def test_context_neighbours_stop_at_the_time_gap_and_the_filters(vault: MemoryVault,
+                                                                  tenant: str) -> None:
+    from mnemovault.store.neighbours import adjacent
+    from mnemovault.store.search import filter_sql
+
+    who = vault.principal(tenant)
+    t0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+    rows = vault.remember_many(
+        [{"content": "first", "scope": "gap", "created_at": t0},
+         {"content": "second", "scope": "gap", "created_at": t0 + timedelta(minutes=5)},
+         {"content": "third", "scope": "gap", "created_at": t0 + timedelta(minutes=6)},
+         {"content": "next day", "scope": "gap", "created_at": t0 + timedelta(days=1)},
+         {"content": "elsewhere", "scope": "gap-other", "created_at": t0 + timedelta(minutes=5)}],
+        principal=who)
+    ids = [m.id for m in rows]
+    where, params = filter_sql(tenant, "gap")
+    with vault.db.transaction(tenant) as conn:
+        got = adjacent(conn, where, params, [(ids[1], t0 + timedelta(minutes=5))], window=2,
+                       max_gap=timedelta(minutes=30))
+        late = adjacent(conn, where, params, [(ids[3], t0 + timedelta(days=1))], window=2,
+                        max_gap=timedelta(minutes=30))
+    assert sorted((r["id"], r["offset"]) for r in got) == sorted([(ids[0], -1), (ids[2], 1)])
+    assert late == []  # the day after is another session
+
+
+def test_context_loans_follow_the_lexical_gate() -> None:
+    after = uuid.UUID(int=99)
+    meta = {**META, after: (NOW - timedelta(days=400), False)}
+    # gate closed (the best text match covers 1% of the query): ranked by meaning, no loans
+    closed = fuse(VEC, TXT, meta, NOW, CTX, text_max=900.0)
+    lent = fuse(VEC, TXT, meta, NOW, CTX, text_max=900.0,
+                neighbours={closed[0].id: [(after, 1)]})
+    assert after not in {f.id for f in lent}
+    # half open: half the loan
+    w = dataclasses.replace(CTX, gate_low=0.1, gate_high=0.3)
+    plain = fuse(VEC, TXT, meta, NOW, w, text_max=45.0)
+    half = {f.id: f.score for f in fuse(VEC, TXT, meta, NOW, w, text_max=45.0,
+                                        neighbours={plain[0].id: [(after, 1)]})}
+    assert half[after] == pytest.approx(0.5 * w.context_after * plain[0].score)

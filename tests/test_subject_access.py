@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -17,8 +18,9 @@ from typer.testing import CliRunner
 from mnemovault.api import create_app
 from mnemovault.cli import app as cli_app
 from mnemovault.errors import Forbidden, ValidationError
+from mnemovault.store.db import owner_connection
 from mnemovault.vault import MemoryVault
-from tests.subjects_world import audit_rows, build
+from tests.subjects_world import audit_rows, build, memory_ids
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs" / "schemas"
                      / "subject-export.schema.json").read_text())
@@ -178,3 +180,152 @@ def test_the_listing_equals_the_forget_walk_from_every_own_memory(
     er = vault.subjects.erase("cy", scope="s", principal=who)
     assert sorted(er.deleted) == listed
     assert er.receipt["counts"]["versions"] == 0 and er.receipt["counts"]["derived"] == 2
+
+
+def _pages(vault: MemoryVault, subject: str, limit: int, who: object) -> list[uuid.UUID]:
+    listed: list[uuid.UUID] = []
+    cursor = None
+    while True:
+        page = vault.subjects.list(subject, scope="s", limit=limit, cursor=cursor,
+                                   principal=who)
+        assert len(page.items) <= limit
+        listed += [m.id for m in page.items]
+        if page.next_cursor is None:
+            return listed
+        assert page.next_cursor == page.items[-1].id
+        cursor = page.next_cursor
+
+
+def _extras_world(vault: MemoryVault, tenant: str) -> dict[str, Any]:
+    """Subject ``cy`` in scope ``s`` with memories outside it that its erase reaches, placed
+    all over the id order: a version (another subject's older row of a key whose later row
+    is derived from cy) older than all of cy's rows, a fact derived from cy's first row
+    written right after it, one written last, one in another scope of cy, a fact of a fact,
+    and one inserted (as the owner) with an id smaller than every other row although its
+    source is cy's last row (lineage across scopes and against the id order: no write
+    path makes it, an import or a restore could); plus rows of other subjects in between
+    that stay."""
+    who = vault.principal(tenant)
+    mem = lambda content, **kw: vault.remember(content, principal=who, **kw).id  # noqa: E731
+    w: dict[str, Any] = {}
+    w["old_version"] = mem("dee's fact, first version", scope="s", subject="dee", key="kf")
+    own = [mem("cy 0", scope="s", subject="cy")]
+    w["early_fact"] = mem("early fact", scope="s", type="fact", derived_from=[own[0]])
+    stay = [mem("dee alone", scope="s", subject="dee")]
+    for n in range(1, 8):
+        own.append(mem(f"cy {n}", scope="s", subject="cy"))
+        stay.append(mem(f"eve {n}", scope="s", subject="eve"))
+    w["new_version"] = mem("dee's fact, second version", scope="s", subject="dee", key="kf",
+                           derived_from=[own[3]])
+    w["other_scope"] = mem("cy elsewhere", scope="t", subject="cy", type="fact")
+    w["fact_of_fact"] = mem("fact of a fact", scope="s", subject="eve", type="fact",
+                            derived_from=[w["early_fact"]])
+    w["late_fact"] = mem("late fact", scope="s", type="fact", derived_from=[own[0]])
+    stay.append(mem("eve at the end", scope="s", subject="eve"))
+    tiny = uuid.UUID(int=1)
+    with owner_connection(vault.db.url, autocommit=True) as conn, conn.transaction():
+        conn.execute(
+            "INSERT INTO memories (tenant_id, id, scope, subject_id, type, content, embedding) "
+            "SELECT tenant_id, %s, scope, NULL, 'fact', 'a fact with a tiny id', embedding "
+            "FROM memories WHERE tenant_id = %s AND id = %s", (tiny, tenant, own[-1]))
+        conn.execute("INSERT INTO memory_lineage (tenant_id, memory_id, source_id) "
+                     "VALUES (%s, %s, %s), (%s, %s, %s)",
+                     (tenant, tiny, own[-1], tenant, w["other_scope"], own[5]))
+    w["tiny_id_fact"] = tiny
+    w["own"], w["stay"] = own, stay
+    return w
+
+
+def test_extras_anywhere_in_the_id_order_appear_once_on_every_page_size(
+        vault: MemoryVault, tenant: str) -> None:
+    """Derived facts with ids before and after the cursor, a version row, a fact with an id
+    smaller than its source, another scope: every page size lists each exactly once, in
+    id order, and the whole listing is what the erase removes."""
+    from mnemovault.governance import forget as forget_mod
+    from mnemovault.subjects.erase import target_of
+
+    w = _extras_world(vault, tenant)
+    who = vault.principal(tenant)
+    extras = {w[k] for k in ("old_version", "early_fact", "new_version", "other_scope",
+                             "fact_of_fact", "late_fact", "tiny_id_fact")}
+    expected = sorted({*w["own"], *extras})
+    with vault.db.transaction(tenant) as conn:
+        from mnemovault.pii import service as pii
+        target = target_of("s", "cy", pii.Translator(vault.rt, conn, tenant),
+                           vault.rt.pii.tenant_keys(conn, tenant))
+        res = forget_mod.resolve_target(conn, target)
+    assert res.all == expected  # the world is what it says: the forward walk agrees
+    assert w["old_version"] in res.derived  # a version of a derived fact counts as derived
+    for limit in (1, 2, 3, 4, 7, 100):
+        listed = _pages(vault, "cy", limit, who)
+        assert listed == expected, limit  # sorted, each once
+    er = vault.subjects.erase("cy", scope="s", principal=who)
+    assert sorted(er.deleted) == expected
+    assert set(w["stay"]) <= memory_ids(vault, tenant)
+
+
+def test_a_crowded_window_falls_back_to_the_walk_from_the_target(
+        vault: MemoryVault, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past WINDOW_CAP rows outside the target in a page's window, the page comes from the
+    walk from the whole target: the same pages."""
+    from mnemovault.store import subjects as subject_store
+
+    w = _extras_world(vault, tenant)
+    who = vault.principal(tenant)
+    before = _pages(vault, "cy", 2, who)
+    calls: list[bool] = []
+    real = subject_store.extras_in_window
+
+    def spy(*args: Any, **kw: Any) -> list[uuid.UUID] | None:
+        out = real(*args, **kw)
+        calls.append(out is None)
+        return out
+
+    monkeypatch.setattr(subject_store, "WINDOW_CAP", 1)
+    monkeypatch.setattr(subject_store, "extras_in_window", spy)
+    assert _pages(vault, "cy", 2, who) == before
+    assert any(calls)  # the fallback ran
+    assert len(before) == len(w["own"]) + 7
+
+
+def test_a_key_narrowed_to_a_subject_lists_only_what_it_may(
+        vault: MemoryVault, tenant: str) -> None:
+    """A key limited to subject cy lists cy's rows and the extras of subject cy (another
+    scope), never the extras of other subjects or of none; limited to scope s as well, not
+    even those; on every page size."""
+    w = _extras_world(vault, tenant)
+    token, _ = vault.create_key(tenant, "member", subject="cy")
+    by_subject = vault.authenticate(token)
+    for limit in (1, 3, 100):
+        assert _pages(vault, "cy", limit, by_subject) == sorted([*w["own"], w["other_scope"]])
+    token, _ = vault.create_key(tenant, "member", subject="cy", scope="s")
+    narrow = vault.authenticate(token)
+    for limit in (1, 3, 100):
+        assert _pages(vault, "cy", limit, narrow) == w["own"]
+    with pytest.raises(Forbidden):
+        vault.subjects.list("dee", scope="s", principal=narrow)
+    assert len(_pages(vault, "cy", 5, vault.principal(tenant))) == len(w["own"]) + 7
+
+
+def test_the_listing_never_loads_the_known_entity_index(
+        vault: MemoryVault, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Listing by a subject written as a known person's name (stored as a placeholder)
+    finds the same rows without building the tenant's known-entity index."""
+    from mnemovault.pii.vault import PiiVault
+
+    who = vault.principal(tenant)
+    name = f"Zelda Quimby{uuid.uuid4().hex[:4]}"
+    vault.remember("pool", scope="pool", entities=[{"kind": "person", "value": name}],
+                   principal=who)
+    ids = sorted(vault.remember(f"{name} note {n}", scope="s", subject=name,
+                                principal=who).id for n in range(3))
+    vault.remember("someone else", scope="s", subject="zed", principal=who)
+
+    def boom(*args: Any, **kw: Any) -> Any:
+        raise AssertionError("known-entity index loaded")
+
+    monkeypatch.setattr(PiiVault, "known_index", boom)
+    page = vault.subjects.list(f"  {name.upper()}  ".strip(), scope="s", principal=who)
+    assert [m.id for m in page.items] == ids
+    assert page.items[0].subject is not None and page.items[0].subject.startswith("{person:")
+    assert vault.subjects.list("nobody known", scope="s", principal=who).items == []

@@ -198,43 +198,57 @@ def pseudonymise(rt: Runtime, conn: Conn, items: list[MemoryInput],
     """Step 4 (SPEC section 3): every free-text field (content, scope, subject, key, tags,
     provenance values) is rewritten with placeholders; caller-named entities go into the
     vault first, so they are recognised in this batch too. Runs in the write transaction,
-    so new vault entries commit or roll back with the memories."""
+    so new vault entries commit or roll back with the memories. The whole batch is one
+    :meth:`~mnemovault.pii.pseudonymise.Pseudonymiser.rewrite_many` (one lookup and one
+    insert statement for all its values, not one per value), with the outcome of
+    registering the entities and then rewriting each field of each item in turn."""
     if not rt.settings.pii_pseudonymize:
         return [Prepared(item=i, content=i.content, placeholders=[]) for i in items]
     ps = pii.pseudonymiser(rt, conn, who.tenant)
-    created: list[list[str]] = []
-    registered: set[tuple[str, str]] = set()
-    for item in items:
-        new: list[str] = []
+    # the caller-named entities (each (kind, value) once, by the first item naming it), then
+    # every free-text field of every item in order: one rewrite_many for the whole batch
+    entities: dict[tuple[str, str], int] = {}  # (kind, value) -> the item naming it first
+    for n, item in enumerate(items):
         for e in item.entities:
-            if (e.kind, e.value) in registered:
-                continue
-            registered.add((e.kind, e.value))
-            placeholder, was_created = ps.register(e.kind, e.value)
-            if was_created:
-                new.append(placeholder)
-        created.append(new)
-    out = []
-    for item, new in zip(items, created, strict=True):
-        used: list[str] = []
-
-        def rw(value: str | None, _new: list[str] = new,
-               _used: list[str] = used) -> str | None:
-            if value is None:
-                return None
-            r = ps.rewrite(value)
-            _new.extend(p for p in r.created if p not in _new)
-            _used.extend(r.placeholders)
-            return r.text
-
+            entities.setdefault((e.kind, e.value), n)
+    texts: list[str] = []
+    layouts = []
+    for item in items:
         prov = item.provenance.model_dump(exclude_none=True)
-        prov = {k: (rw(v) if isinstance(v, str) else v) for k, v in prov.items()}
-        prov["tags"] = [rw(t) for t in item.provenance.tags]
+        keys = [k for k, v in prov.items() if isinstance(v, str)]
+        fields = [*(prov[k] for k in keys), *item.provenance.tags, item.scope, item.subject,
+                  item.key, item.content]
+        slots = []
+        for value in fields:
+            slots.append(None if value is None else len(texts))
+            if value is not None:
+                texts.append(value)
+        layouts.append((prov, keys, slots))
+    registered, rewritten_texts = ps.rewrite_many(list(entities), texts)
+    created: list[list[str]] = [[] for _ in items]
+    for n, (placeholder, was_created) in zip(entities.values(), registered, strict=True):
+        if was_created:
+            created[n].append(placeholder)
+    out = []
+    for item, new, (prov, keys, slots) in zip(items, created, layouts, strict=True):
+        used: list[str] = []
+        values: list[str | None] = []
+        for slot in slots:
+            if slot is None:
+                values.append(None)
+                continue
+            r = rewritten_texts[slot]
+            new.extend(p for p in r.created if p not in new)
+            used.extend(r.placeholders)
+            values.append(r.text)
+        ntags = len(item.provenance.tags)
+        prov.update(zip(keys, values[: len(keys)], strict=True))
+        prov["tags"] = values[len(keys): len(keys) + ntags]
+        scope, subject, key, content = values[len(keys) + ntags:]
         rewritten = item.model_copy(update={
-            "scope": rw(item.scope), "subject": rw(item.subject), "key": rw(item.key),
+            "scope": scope, "subject": subject, "key": key,
             "provenance": Provenance.model_validate(prov), "entities": []})
-        content = rw(item.content) or ""
-        out.append(Prepared(item=rewritten, content=content, placeholders=new, used=used))
+        out.append(Prepared(item=rewritten, content=content or "", placeholders=new, used=used))
     return out
 
 
@@ -267,7 +281,7 @@ def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: 
             rows.append(row)
         receipts.append(Receipt(id=mid, scope=p.item.scope, version=version,
                                 superseded=parent, placeholders=p.placeholders, audit_seq=0))
-    store_memories.insert(conn, rows)
+    store_memories.insert_many(conn, rows)  # one statement: its triggers run once
     held = capture.initial_status(rt) == "pending_review"  # the review gate (REQUIRE_REVIEW)
     if held:
         store_review.hold(conn, who.tenant, [r.id for r in receipts])

@@ -22,7 +22,13 @@ from typing import Any
 
 import psycopg
 
-from mnemovault.pii.detect import Detector, KnownEntityIndex, detect_all, normalise
+from mnemovault.pii.detect import (
+    Detector,
+    KnownEntity,
+    KnownEntityIndex,
+    detect_all,
+    normalise,
+)
 from mnemovault.pii.vault import PLACEHOLDER_RE, PiiVault, TenantKeys
 
 
@@ -36,10 +42,13 @@ class Pseudonymised:
 
 
 class Pseudonymiser:
-    """Rewrites texts with placeholders inside one transaction of one tenant."""
+    """Rewrites texts with placeholders inside one transaction of one tenant. ``known``: a
+    known-entity index to use instead of loading the tenant's (the read side's partial
+    index for short names, :class:`mnemovault.pii.service.Translator`)."""
 
     def __init__(self, vault: PiiVault, detectors: Sequence[Detector],
-                 conn: psycopg.Connection[Any], tenant: str, *, read_only: bool = False) -> None:
+                 conn: psycopg.Connection[Any], tenant: str, *, read_only: bool = False,
+                 known: KnownEntityIndex | None = None) -> None:
         self.vault = vault
         self.conn = conn
         self.tenant = tenant
@@ -48,8 +57,10 @@ class Pseudonymiser:
                 else vault.tenant_keys(conn, tenant))
         self.keys: TenantKeys | None = keys
         self.known: KnownEntityIndex | None = None
+        self._known_fps: set[bytes] = set()  # what self.known holds (when loaded here)
         if keys is not None:
-            self.known = vault.known_index(conn, keys)
+            self.known = known if known is not None else vault.known_index(
+                conn, keys, fingerprints=self._known_fps)
             self.detectors.insert(0, self.known)
 
     def _keys(self) -> TenantKeys:
@@ -59,10 +70,7 @@ class Pseudonymiser:
 
     def register(self, kind: str, value: str) -> tuple[str, bool]:
         """Put a caller-named entity in the vault (so later text is recognised)."""
-        assert self.known is not None
-        entry = self.vault.get_or_create(self.conn, self.tenant, self._keys(), kind, value,
-                                         self.known, identity=self._identity(value))
-        return entry.placeholder, entry.created
+        return self.rewrite_many([(kind, value)], [])[0][0]
 
     def _identity(self, value: str) -> str | None:
         """The identity of ``value`` if the structured detectors read all of it as one
@@ -82,27 +90,82 @@ class Pseudonymiser:
         With ``create=False`` (reads: queries, filters) nothing is written: a value the vault
         holds becomes its placeholder, an unknown one becomes the placeholder it would get
         (which matches nothing stored), so no personal value reaches the embedder."""
+        if create:
+            return self.rewrite_many([], [text])[1][0]
         protected = [(m.start(), m.end()) for m in PLACEHOLDER_RE.finditer(text)]
         findings = [f for f in detect_all(text, self.detectors)
                     if not any(f.start < e and s < f.end for s, e in protected)]
         out = Pseudonymised(text)
         for f in sorted(findings, key=lambda f: f.start, reverse=True):
-            if not create:
-                if self.keys is None:  # an empty vault: the value is unknown
-                    ph = f"{{{f.kind}}}"
-                else:
-                    ph = (self.vault.lookup(self.conn, self.keys, f.value, identity=f.identity)
-                          or self.keys.candidate(f.kind, f.value, 0, identity=f.identity))
-                out.placeholders.append(ph)
-                out.text = out.text[: f.start] + ph + out.text[f.end :]
-                continue
-            assert self.known is not None
-            entry = self.vault.get_or_create(self.conn, self.tenant, self._keys(), f.kind,
-                                             f.value, self.known, identity=f.identity)
-            if entry.created:
-                out.created.append(entry.placeholder)
-            out.placeholders.append(entry.placeholder)
-            out.text = out.text[: f.start] + entry.placeholder + out.text[f.end :]
+            if self.keys is None:  # an empty vault: the value is unknown
+                ph = f"{{{f.kind}}}"
+            else:
+                ph = (self.vault.lookup(self.conn, self.keys, f.value, identity=f.identity)
+                      or self.keys.candidate(f.kind, f.value, 0, identity=f.identity))
+            out.placeholders.append(ph)
+            out.text = out.text[: f.start] + ph + out.text[f.end :]
         out.placeholders.reverse()
-        out.created.reverse()
         return out
+
+    def rewrite_many(self, entities: Sequence[tuple[str, str]], texts: Sequence[str]
+                     ) -> tuple[list[tuple[str, bool]], list[Pseudonymised]]:
+        """A write's pseudonymisation in a few statements, with the outcome of
+        :meth:`register` on each of the caller-named ``entities`` (``(kind, value)``) and
+        then :meth:`rewrite` on each of ``texts``, in that order: a value new to the
+        vault is known to the known-entity index in every later text; one fingerprint is
+        one vault entry, stored with the kind and written form of its first occurrence
+        (within a text occurrences count from the right, as the rewrite replaces them),
+        and reported created once, where it first occurs.
+
+        Detection runs first, over every text (no database work); then
+        :meth:`~mnemovault.pii.vault.PiiVault.get_or_create_many` reads the values the vault
+        holds and inserts the new ones (each with its own DEK) in one statement each,
+        instead of a lookup and an insert per value.
+
+        Returns ``([(placeholder, created)] per entity, [Pseudonymised] per text)``.
+        """
+        known, keys = self.known, self._keys()
+        assert known is not None
+        wanted: list[tuple[KnownEntity, str, str | None]] = []
+
+        def want(kind: str, value: str, identity: str | None) -> bytes:
+            entity = known.entity(kind, value, identity=identity)
+            fp = entity.fingerprint
+            wanted.append((entity, value, identity))
+            if fp not in self._known_fps:  # new to the vault: recognised from here on
+                self._known_fps.add(fp)
+                known.add_fingerprint(kind, fp, entity.n_tokens, entity.head)
+            return fp
+
+        entity_fps = [want(kind, value, self._identity(value)) for kind, value in entities]
+        sites: list[list[tuple[int, int, bytes]]] = []  # per text, right to left
+        for text in texts:
+            protected = [(m.start(), m.end()) for m in PLACEHOLDER_RE.finditer(text)]
+            findings = [f for f in detect_all(text, self.detectors)
+                        if not any(f.start < e and s < f.end for s, e in protected)]
+            sites.append([(f.start, f.end, want(f.kind, f.value, f.identity))
+                          for f in sorted(findings, key=lambda f: f.start, reverse=True)])
+        entries = (self.vault.get_or_create_many(self.conn, self.tenant, keys, wanted, known)
+                   if wanted else {})
+        reported: set[bytes] = set()
+
+        def created(fp: bytes) -> bool:
+            if fp in reported:
+                return False
+            reported.add(fp)
+            return entries[fp].created
+
+        registered = [(entries[fp].placeholder, created(fp)) for fp in entity_fps]
+        out: list[Pseudonymised] = []
+        for text, row in zip(texts, sites, strict=True):
+            r = Pseudonymised(text)
+            for start, end, fp in row:
+                placeholder = entries[fp].placeholder
+                if created(fp):
+                    r.created.append(placeholder)
+                r.placeholders.append(placeholder)
+                r.text = r.text[:start] + placeholder + r.text[end:]
+            r.placeholders.reverse()
+            r.created.reverse()
+            out.append(r)
+        return registered, out

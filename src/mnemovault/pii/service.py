@@ -15,6 +15,8 @@ vault`; the SQL :mod:`mnemovault.store.pii`.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -26,12 +28,15 @@ from mnemovault.auth import Principal
 from mnemovault.errors import Forbidden, NotFound, ValidationError
 from mnemovault.models import Memory
 from mnemovault.pii.crypto import Sealed, dek_aad, open_sealed, seal, secret_aad
+from mnemovault.pii.detect import KnownEntityIndex
+from mnemovault.pii.detect.base import _norm_gap, _norm_token, _spans, fold
 from mnemovault.pii.pseudonymise import Pseudonymiser
 from mnemovault.pii.vault import ERASED, PLACEHOLDER_RE
 from mnemovault.pii.vault import render as render_text
 from mnemovault.runtime import Runtime
 from mnemovault.store import ledger as ledger_store
 from mnemovault.store import pii as store
+from mnemovault.store import subjects as subject_store
 
 MAX_PLACEHOLDER_CHARS = 64
 
@@ -47,11 +52,18 @@ class Translator:
     """Read-side pseudonymisation in one transaction: each call gives the text a value would
     have been stored as (placeholders; lookups only, nothing is written). The tenant's
     known-entity index is built once, on the first value that needs it, however many values
-    one operation translates (query, scope, subject, chat history...)."""
+    one operation translates (query, scope, subject, chat history...).
 
-    def __init__(self, rt: Runtime, conn: Conn, tenant: str) -> None:
+    With ``names`` (short values: a subject, a scope, a key's limits) the index is never
+    loaded: each value gets an index of just the known values among the fingerprints of
+    its word n-grams (every n-gram the index's ``detect`` could look up, found through the
+    vault's fingerprint index), which finds in the value what the whole index would. A
+    value of more than :data:`NAME_TOKENS` word tokens goes through the whole index."""
+
+    def __init__(self, rt: Runtime, conn: Conn, tenant: str, *, names: bool = False) -> None:
         self._rt, self._conn, self._tenant = rt, conn, tenant
         self._ps: Pseudonymiser | None = None
+        self._names = names
 
     @property
     def pseudonymiser(self) -> Pseudonymiser:
@@ -62,7 +74,52 @@ class Translator:
     def __call__(self, value: str | None) -> str | None:
         if value is None or not self._rt.settings.pii_pseudonymize:
             return value
+        if self._names and self._ps is None:
+            ps = self._name_pseudonymiser(value)
+            if ps is not None:
+                return ps.rewrite(value, create=False).text
         return self.pseudonymiser.rewrite(value, create=False).text
+
+    def _name_pseudonymiser(self, value: str) -> Pseudonymiser | None:
+        """A read-only pseudonymiser for ``value`` alone (class docstring), or None past
+        :data:`NAME_TOKENS` tokens."""
+        keys = self._rt.pii.existing_tenant_keys(self._conn, self._tenant)
+        if keys is None:  # an empty vault knows nothing: no index to load
+            return pseudonymiser(self._rt, self._conn, self._tenant, read_only=True)
+        fps = ngram_fingerprints(value, keys.fingerprint_key)
+        if fps is None:
+            return None
+        known = KnownEntityIndex(keys.fingerprint_key)
+        for r in subject_store.known_fingerprints(self._conn, self._tenant, fps):
+            known.add_fingerprint(r["kind"], bytes(r["fingerprint"]), r["ntokens"] or 1,
+                                  bytes(r["head"]) if r["head"] is not None else None)
+        return Pseudonymiser(self._rt.pii, self._rt.detectors, self._conn, self._tenant,
+                             read_only=True, known=known)
+
+
+NAME_TOKENS = 64
+"""Word tokens up to which a :class:`Translator` with ``names`` looks values up by n-gram."""
+
+
+def ngram_fingerprints(value: str, secret: bytes) -> set[bytes] | None:
+    """Every fingerprint :meth:`mnemovault.pii.detect.KnownEntityIndex.detect` could look up
+    in ``value`` (as :func:`mnemovault.pii.detect.detect_all` shows it to the detectors:
+    folded), i.e. of each word n-gram in its normal form under ``secret``; None past
+    :data:`NAME_TOKENS` tokens."""
+    view, _ = fold(value)
+    spans = _spans(view)
+    if len(spans) > NAME_TOKENS:
+        return None
+    toks = [_norm_token(view[s:e]) for s, e in spans]
+    gaps = [_norm_gap(view[spans[j][1]:spans[j + 1][0]]) for j in range(len(spans) - 1)]
+    out: set[bytes] = set()
+    for i in range(len(spans)):
+        norm = toks[i]
+        out.add(hmac.digest(secret, norm.encode("utf-8"), hashlib.sha256))
+        for j in range(i + 1, len(spans)):
+            norm = norm + gaps[j - 1] + toks[j]
+            out.add(hmac.digest(secret, norm.encode("utf-8"), hashlib.sha256))
+    return out
 
 
 def translate(rt: Runtime, conn: Conn, tenant: str, value: str | None) -> str | None:
@@ -259,11 +316,14 @@ def export(rt: Runtime, who: Principal, *,
 
 
 def rotate_kek(rt: Runtime, *, retire: bool = False) -> dict[str, Any]:
-    """Operator path (the database owner's connection, every tenant): make a new KEK
-    version current and rewrap every DEK and tenant secret under it; ciphertexts are not
-    touched. With ``retire`` the old versions are then destroyed (removed from the key
-    file), so a wrapped DEK left in old table pages, WAL or a backup can no longer be
-    opened. Each tenant gets a ``KEK_ROTATE`` audit row."""
+    """Operator path (the database owner's connection): make a new KEK version current and
+    rewrap every DEK and tenant secret under it, one tenant per transaction (its secret,
+    its DEKs and its ``KEK_ROTATE`` audit row commit together: on Citus one shard, no
+    two-phase commit); ciphertexts are not touched. A failure leaves the tenants before it
+    rewrapped and the rest under their old version (both open: the old versions stay in
+    the key file), and a re-run finishes them. With ``retire`` the old versions are then
+    destroyed (removed from the key file), so a wrapped DEK left in old table pages, WAL
+    or a backup can no longer be opened; only after every tenant is done."""
     from psycopg.rows import dict_row
 
     from mnemovault.store.db import owner_connection
@@ -273,26 +333,31 @@ def rotate_kek(rt: Runtime, *, retire: bool = False) -> dict[str, Any]:
     new = keyring.add_version()
     counts: dict[str, int] = {}
     new_key = keyring.current_key
-    with owner_connection(rt.db.url, row_factory=dict_row) as conn, conn.transaction():
-        for r in store.secrets_not_under(conn, new):
-            t = r["tenant_id"]
-            secret = open_sealed(keyring.kek(r["kek_version"]),
-                                 Sealed(bytes(r["nonce"]), bytes(r["wrapped_secret"])),
-                                 secret_aad(t, r["kek_version"]))
-            sealed = seal(new_key, secret, secret_aad(t, new))
-            store.rewrap_secret(conn, t, new, sealed.nonce, sealed.ciphertext)
-        for r in store.deks_not_under(conn, new):
-            t, ph = r["tenant_id"], r["placeholder"]
-            dek = open_sealed(keyring.kek(r["kek_version"]),
-                              Sealed(bytes(r["nonce"]), bytes(r["wrapped_dek"])),
-                              dek_aad(t, ph, r["kek_version"]))
-            sealed = seal(new_key, dek, dek_aad(t, ph, new))
-            store.rewrap_dek(conn, t, ph, new, sealed.nonce, sealed.ciphertext)
-            counts[t] = counts.get(t, 0) + 1
-        for t, n in sorted(counts.items()):
-            store.set_tenant(conn, t)
-            audit.append(conn, tenant=t, operation="KEK_ROTATE", actor="operator",
-                         details={"kek_version": new, "rewrapped": n, "retire": retire})
+    with owner_connection(rt.db.url, row_factory=dict_row) as conn:
+        for t in store.tenants_not_under(conn, new):
+            conn.commit()  # each tenant in a transaction of its own
+            with conn.transaction():
+                for r in store.secrets_not_under(conn, new, t):
+                    secret = open_sealed(keyring.kek(r["kek_version"]),
+                                         Sealed(bytes(r["nonce"]), bytes(r["wrapped_secret"])),
+                                         secret_aad(t, r["kek_version"]))
+                    sealed = seal(new_key, secret, secret_aad(t, new))
+                    store.rewrap_secret(conn, t, new, sealed.nonce, sealed.ciphertext)
+                n = 0
+                for r in store.deks_not_under(conn, new, t):
+                    ph = r["placeholder"]
+                    dek = open_sealed(keyring.kek(r["kek_version"]),
+                                      Sealed(bytes(r["nonce"]), bytes(r["wrapped_dek"])),
+                                      dek_aad(t, ph, r["kek_version"]))
+                    sealed = seal(new_key, dek, dek_aad(t, ph, new))
+                    store.rewrap_dek(conn, t, ph, new, sealed.nonce, sealed.ciphertext)
+                    n += 1
+                if n:
+                    store.set_tenant(conn, t)
+                    audit.append(conn, tenant=t, operation="KEK_ROTATE", actor="operator",
+                                 details={"kek_version": new, "rewrapped": n,
+                                          "retire": retire})
+                    counts[t] = n
     if retire:
         keyring.retire([v for v in old_versions if v != new])
     return {"kek_version": new, "rewrapped": sum(counts.values()),

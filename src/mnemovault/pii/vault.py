@@ -32,7 +32,7 @@ import hashlib
 import hmac
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +49,7 @@ from mnemovault.pii.crypto import (
     secret_aad,
     value_aad,
 )
-from mnemovault.pii.detect import KnownEntityIndex, fingerprint, normalise
+from mnemovault.pii.detect import KnownEntity, KnownEntityIndex, fingerprint, normalise
 from mnemovault.store import pii as store
 from mnemovault.store.db import tenant_of
 
@@ -167,13 +167,60 @@ class PiiVault:
             return NewEntry(placeholder, kind, True)
         raise RuntimeError("vault: no free placeholder after 1000 candidates")
 
-    def known_index(self, conn: psycopg.Connection[Any], keys: TenantKeys) -> KnownEntityIndex:
+    def get_or_create_many(self, conn: psycopg.Connection[Any], tenant: str, keys: TenantKeys,
+                           wanted: Sequence[tuple[KnownEntity, str, str | None]],
+                           index: KnownEntityIndex) -> dict[bytes, NewEntry]:
+        """:meth:`get_or_create` for many values in a few statements: ``wanted`` holds
+        ``(entity, value, identity)`` with ``entity = index.entity(kind, value,
+        identity=identity)``; a fingerprint listed twice is one value, its first listing
+        (kind and written form) the one stored. The live ones are read in one statement
+        (locked ``FOR SHARE``), the others inserted in one (each with its own DEK, at
+        placeholder counter 0; their DEKs in one more); a value whose insert was skipped
+        (its placeholder taken, or a concurrent writer's) goes through :meth:`get_or_create`.
+        Returns ``{fingerprint: NewEntry}``. The index is not updated (the caller's
+        pseudonymiser adds new values as it detects them)."""
+        first: dict[bytes, tuple[KnownEntity, str, str | None]] = {}
+        for w in wanted:
+            first.setdefault(w[0].fingerprint, w)
+        found = store.placeholders_by_fingerprints(conn, tenant, list(first))
+        out = {fp: NewEntry(r["placeholder"], r["kind"], False) for fp, r in found.items()}
+        new = sorted(fp for fp in first if fp not in out)
+        rows, deks = [], {}
+        for fp in new:
+            entity, value, identity = first[fp]
+            placeholder = keys.candidate(entity.kind, value, 0, identity=identity)
+            dek = secrets.token_bytes(32)
+            sealed_value = seal(dek, value.encode("utf-8"), value_aad(tenant, placeholder))
+            rows.append((placeholder, entity.kind, fp, entity.n_tokens, entity.head,
+                         sealed_value.nonce, sealed_value.ciphertext))
+            deks[fp] = dek
+        inserted = store.insert_values(conn, tenant, rows)
+        v = self.keyring.current
+        wrapped_rows = []
+        for fp in new:
+            entity, value, identity = first[fp]
+            taken = inserted.get(fp)
+            if taken is None:
+                out[fp] = self.get_or_create(conn, tenant, keys, entity.kind, value, index,
+                                             identity=identity)
+                continue
+            wrapped = seal(self.keyring.current_key, deks[fp], dek_aad(tenant, taken, v))
+            wrapped_rows.append((taken, v, wrapped.nonce, wrapped.ciphertext))
+            out[fp] = NewEntry(taken, entity.kind, True)
+        store.insert_deks(conn, tenant, wrapped_rows)
+        return out
+
+    def known_index(self, conn: psycopg.Connection[Any], keys: TenantKeys, *,
+                    fingerprints: set[bytes] | None = None) -> KnownEntityIndex:
         """The tenant's known-entity index, rebuilt from stored fingerprints (nothing is
-        decrypted)."""
+        decrypted); each fingerprint is also added to ``fingerprints`` when given."""
         index = KnownEntityIndex(keys.fingerprint_key)
         for r in store.fingerprints(conn, tenant_of(conn)):
-            index.add_fingerprint(r["kind"], bytes(r["fingerprint"]), r["ntokens"] or 1,
+            fp = bytes(r["fingerprint"])
+            index.add_fingerprint(r["kind"], fp, r["ntokens"] or 1,
                                   bytes(r["head"]) if r["head"] is not None else None)
+            if fingerprints is not None:
+                fingerprints.add(fp)
         return index
 
     # -- reveal and shred ----------------------------------------------------------------------

@@ -6,7 +6,9 @@ can return) and the same number by BM25 over the stored full-text vectors, with 
 scope's maintained corpus statistics (:mod:`mnemovault.store.search`), are fused
 (:func:`mnemovault.recall.ranking.fuse`: by default a convex combination whose lexical
 share is gated by how much of the query the best text match covers) with recency and pin
-terms, then optionally re-ranked (:mod:`mnemovault.recall.rerankers`). Archived,
+terms, lent to the best hits' neighbours in remembered order (conversation context,
+``recall_context``; :mod:`mnemovault.store.neighbours`), then optionally re-ranked
+(:mod:`mnemovault.recall.rerankers`). Archived,
 superseded and pending-review memories are excluded unless ``filters.include_archived``
 (archived only; the others never). Note that with ``include_archived`` or the other
 filters, BM25's statistics are still those of the scope's live memories.
@@ -14,7 +16,7 @@ filters, BM25's statistics are still those of the scope's live memories.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError as PydanticValidationError
@@ -28,6 +30,7 @@ from mnemovault.recall import rerankers
 from mnemovault.recall.ranking import fuse, rerank
 from mnemovault.runtime import Runtime
 from mnemovault.store import memories as memory_store
+from mnemovault.store import neighbours
 from mnemovault.store.search import filter_sql, text_candidates, vector_candidates
 from mnemovault.validation import validation_error_from_pydantic
 
@@ -90,10 +93,22 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
                                   ef_search=rt.settings.hnsw_ef_search)
         trows = text_candidates(conn, query, where, params, n)
         meta = {r["id"]: (r["created_at"], r["pinned"]) for r in (*vrows, *trows)}
-        fused = fuse([(r["id"], 1.0 - float(r["distance"])) for r in vrows],
-                     [(r["id"], float(r["score"])) for r in trows], meta,
-                     datetime.now(UTC), rt.weights,
-                     text_max=float(trows[0]["qmax"]) if trows else None)
+        vh = [(r["id"], 1.0 - float(r["distance"])) for r in vrows]
+        th = [(r["id"], float(r["score"])) for r in trows]
+        now, w = datetime.now(UTC), rt.weights
+        tmax = float(trows[0]["qmax"]) if trows else None
+        fused = fuse(vh, th, meta, now, w, text_max=tmax)
+        if rt.settings.recall_context and w.context and fused:
+            # conversation context: the best hits' neighbours in remembered order
+            nrows = neighbours.adjacent(
+                conn, where, params, [(x.id, meta[x.id][0]) for x in fused[:w.context_anchors]],
+                window=w.context_window,
+                max_gap=timedelta(seconds=rt.settings.recall_context_gap_seconds))
+            near: dict[Any, list[tuple[Any, int]]] = {}
+            for r in nrows:
+                near.setdefault(r["anchor"], []).append((r["id"], int(r["offset"])))
+                meta.setdefault(r["id"], (r["created_at"], r["pinned"]))
+            fused = fuse(vh, th, meta, now, w, text_max=tmax, neighbours=near)
         reranker = rerankers.configured(rt.settings)
         if reranker is not None and fused:
             depth = max(k, rt.settings.recall_rerank_depth)

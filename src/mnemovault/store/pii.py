@@ -67,6 +67,62 @@ def insert_dek(conn: Conn, *, tenant: str, placeholder: str, kek_version: int, n
         (tenant, placeholder, kek_version, nonce, wrapped))
 
 
+def placeholders_by_fingerprints(conn: Conn, tenant: str,
+                                 fps: Sequence[bytes]) -> dict[bytes, dict[str, Any]]:
+    """The live values among ``fps`` (one statement), locked ``FOR SHARE`` as
+    :func:`placeholder_by_fingerprint` with ``lock``: ``{fingerprint: {"placeholder",
+    "kind"}}`` (fingerprints the vault does not hold are absent)."""
+    if not fps:
+        return {}
+    rows = conn.execute(
+        "SELECT placeholder, kind, fingerprint FROM pii_values WHERE tenant_id = %s "
+        "AND fingerprint = ANY(%s) ORDER BY fingerprint FOR SHARE",
+        (tenant, list(fps))).fetchall()
+    return {bytes(r["fingerprint"]): r for r in rows}
+
+
+def insert_values(conn: Conn, tenant: str,
+                  rows: Sequence[tuple[str, str, bytes, int, bytes | None, bytes, bytes]]
+                  ) -> dict[bytes, str]:
+    """Insert vault values in one statement, each row ``(placeholder, kind, fingerprint,
+    ntokens, head, nonce, ciphertext)``, in the order given (callers sort by fingerprint
+    so concurrent writers take the unique-index entries in one order); a row whose
+    placeholder or fingerprint is taken is skipped. Returns ``{fingerprint: placeholder}``
+    of the rows inserted."""
+    if not rows:
+        return {}
+    # a VALUES list, not unnest(): Citus runs INSERT ... SELECT FROM unnest() as a COPY
+    # into the shards, which row-level security refuses
+    out: dict[bytes, str] = {}
+    for i in range(0, len(rows), _ROWS_PER_STATEMENT):
+        chunk = rows[i: i + _ROWS_PER_STATEMENT]
+        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(chunk))
+        inserted = conn.execute(
+            "INSERT INTO pii_values (tenant_id, placeholder, kind, fingerprint, ntokens, "
+            f"head, nonce, ciphertext) VALUES {values} ON CONFLICT DO NOTHING "
+            "RETURNING placeholder, fingerprint",
+            [v for row in chunk for v in (tenant, *row)]).fetchall()
+        out.update((bytes(r["fingerprint"]), r["placeholder"]) for r in inserted)
+    return out
+
+
+_ROWS_PER_STATEMENT = 1000  # at most 8 parameters a row: far below PostgreSQL's 65,535
+
+
+def insert_deks(conn: Conn, tenant: str,
+                rows: Sequence[tuple[str, int, bytes, bytes]]) -> None:
+    """Store wrapped data keys in one statement, each row ``(placeholder, kek_version,
+    nonce, wrapped_dek)``."""
+    if not rows:
+        return
+    for i in range(0, len(rows), _ROWS_PER_STATEMENT):  # VALUES lists: see insert_values
+        chunk = rows[i: i + _ROWS_PER_STATEMENT]
+        values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(chunk))
+        conn.execute(
+            "INSERT INTO pii_deks (tenant_id, placeholder, kek_version, nonce, wrapped_dek) "
+            f"VALUES {values}", [v for row in chunk for v in (tenant, *row)])
+
+
 def fingerprints(conn: Conn, tenant: str) -> list[dict[str, Any]]:
     """``fingerprint``, ``kind``, ``ntokens``, ``head`` of every live value."""
     return conn.execute(
@@ -193,10 +249,20 @@ def kek_versions_in_use(url: str) -> set[int]:
     return {r[0] for r in rows}
 
 
-def secrets_not_under(conn: Conn, version: int) -> list[dict[str, Any]]:
-    """Tenant secrets wrapped under another KEK version than ``version``."""
+def tenants_not_under(conn: Conn, version: int) -> list[str]:
+    """Tenants with a secret or a wrapped DEK under another KEK version than ``version``."""
+    return [r["tenant_id"] if isinstance(r, dict) else r[0] for r in conn.execute(
+        "SELECT tenant_id FROM pii_tenant_keys WHERE kek_version <> %(v)s UNION "
+        "SELECT DISTINCT tenant_id FROM pii_deks WHERE kek_version <> %(v)s ORDER BY 1",
+        {"v": version}).fetchall()]
+
+
+def secrets_not_under(conn: Conn, version: int, tenant: str) -> list[dict[str, Any]]:
+    """``tenant``'s secret if wrapped under another KEK version than ``version`` (locked
+    for the rewrap)."""
     return conn.execute("SELECT tenant_id, kek_version, nonce, wrapped_secret "
-                        "FROM pii_tenant_keys WHERE kek_version <> %s", (version,)).fetchall()
+                        "FROM pii_tenant_keys WHERE tenant_id = %s AND kek_version <> %s "
+                        "FOR UPDATE", (tenant, version)).fetchall()
 
 
 def rewrap_secret(conn: Conn, tenant: str, version: int, nonce: bytes, wrapped: bytes) -> None:
@@ -204,10 +270,12 @@ def rewrap_secret(conn: Conn, tenant: str, version: int, nonce: bytes, wrapped: 
                  "wrapped_secret = %s WHERE tenant_id = %s", (version, nonce, wrapped, tenant))
 
 
-def deks_not_under(conn: Conn, version: int) -> list[dict[str, Any]]:
-    """Wrapped DEKs under another KEK version than ``version``."""
+def deks_not_under(conn: Conn, version: int, tenant: str) -> list[dict[str, Any]]:
+    """``tenant``'s wrapped DEKs under another KEK version than ``version`` (locked for the
+    rewrap, in placeholder order)."""
     return conn.execute("SELECT tenant_id, placeholder, kek_version, nonce, wrapped_dek "
-                        "FROM pii_deks WHERE kek_version <> %s", (version,)).fetchall()
+                        "FROM pii_deks WHERE tenant_id = %s AND kek_version <> %s "
+                        "ORDER BY placeholder FOR UPDATE", (tenant, version)).fetchall()
 
 
 def rewrap_dek(conn: Conn, tenant: str, placeholder: str, version: int, nonce: bytes,

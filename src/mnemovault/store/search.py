@@ -101,7 +101,7 @@ BM25_B = 0.75
 
 def text_candidates(
     conn: psycopg.Connection[Any], qtext: str, where: str, params: dict[str, Any], n: int,
-    *, k1: float = BM25_K1, b: float = BM25_B,
+    *, k1: float = BM25_K1, b: float = BM25_B, explain: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Full-text candidates ranked by Okapi BM25 (Robertson and Zaragoza, "The
     Probabilistic Relevance Framework: BM25 and Beyond", 2009), computed in SQL over the
@@ -111,10 +111,19 @@ def text_candidates(
     ``idf(t) = ln(1 + (N − df + 0.5)/(df + 0.5))`` (the Lucene form, never negative).
     ``N``, ``avgdl`` and ``df`` are the scope's corpus statistics over its live memories
     (active, not archived), kept by the database in every transaction that changes
-    ``memories`` (migration 0009: ``lexical_scope_stats``, ``lexical_df``), so the query
-    reads only the statistics rows of its own terms and the memories that match one of
-    them, never the whole scope. ``tf`` is the lexeme's position count and ``|d|`` the
-    document's distinct lexemes (the stored ``tsv_length``).
+    ``memories`` (migration 0009: ``lexical_scope_stats``, ``lexical_df``). ``tf`` is the
+    lexeme's position count and ``|d|`` the document's distinct lexemes (the stored
+    ``tsv_length``). Scores sum the terms' contributions in increasing order, so memories
+    with equal contributions tie exactly and go by id.
+
+    Without filters (``where`` as :func:`filter_sql` makes it for the scope alone) the top
+    ``n`` comes from the postings of migration 0010 (:func:`_postings_top`: exact, reading
+    the postings of the terms that can matter and scoring few memories). With filters,
+    or where the postings are not kept (Citus), the memories that hold a term are scored
+    from their ``tsvector`` with MaxScore over terms (below): row-level security keeps the
+    planner off the GIN index (``@@`` is not leakproof), so that reads the whole scope.
+    ``explain``, when given, is filled with what the query did (``path``: ``"postings"``
+    or ``"scan"``; for the postings its terms, passes, θ and counts).
 
     ``params`` must hold ``tenant`` and ``scope`` (as :func:`filter_sql` makes them).
     A scope without a statistics row (empty, or a database where migration 0009 keeps
@@ -128,7 +137,9 @@ def text_candidates(
     stats = conn.execute(
         "WITH q AS (SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', %(qtext)s))) "
         "SELECT q.lexeme, coalesce(d.df, 0) AS df, coalesce(d.max_tf, 0) AS max_tf, "
-        "s.doc_count, s.total_length FROM q "
+        "s.doc_count, s.total_length, EXISTS (SELECT 1 FROM lexical_postings p "
+        "WHERE p.tenant_id = %(tenant)s AND p.scope = %(scope)s AND p.lexeme = q.lexeme) "
+        "AS posted FROM q "
         "LEFT JOIN lexical_scope_stats s ON s.tenant_id = %(tenant)s AND s.scope = %(scope)s "
         "LEFT JOIN LATERAL (SELECT df, max_tf FROM lexical_df WHERE tenant_id = %(tenant)s "
         "AND scope = %(scope)s AND lexeme = q.lexeme) d ON true ORDER BY q.lexeme",
@@ -137,6 +148,9 @@ def text_candidates(
         return []
     docs = float(stats[0]["doc_count"] or 0)
     if docs <= 0:  # an empty scope, or no statistics kept (Citus: migration 0009)
+        if explain is not None:
+            explain.clear()
+            explain["path"] = "recount"
         return text_candidates_recount(conn, qtext, where, params, n, k1=k1, b=b)
     avgdl = max(float(stats[0]["total_length"]) / docs, 1.0)
     idf = {r["lexeme"]: math.log(1 + (docs - r["df"] + 0.5) / (r["df"] + 0.5)) for r in stats}
@@ -144,6 +158,16 @@ def text_candidates(
     present = sorted((r for r in stats if r["df"] > 0), key=lambda r: (r["df"], r["lexeme"]))
     if not present:
         return []
+    if explain is not None:
+        explain.clear()
+    # the postings path, where they are kept (on Citus, migration 0010 keeps none: a term
+    # of the statistics without postings, and the path over memories answers)
+    if _unfiltered(where, params) and all(r["posted"] for r in present):
+        top = _postings_top(conn, params, present, idf, avgdl, qmax, n, k1, b, explain)
+        if top is not None:
+            return top
+    if explain is not None:
+        explain["path"] = "scan"
     score = {"lexemes": [r["lexeme"] for r in present],
              "idfs": [idf[r["lexeme"]] for r in present], "avgdl": avgdl, "qmax": qmax,
              "n": n, "k1": k1, "b": b}
@@ -170,6 +194,251 @@ def text_candidates(
     return _bm25(conn, where, params, present[:cut], score)
 
 
+def _unfiltered(where: str, params: dict[str, Any]) -> bool:
+    """Whether ``where`` is :func:`filter_sql`'s clause of a scope's live memories with no
+    other filter: exactly the rows that ``lexical_postings`` holds (migration 0010)."""
+    return (set(params) == {"tenant", "scope"}
+            and where == filter_sql(params["tenant"], params["scope"])[0])
+
+
+POSTINGS_TF_GROUPS = 16  # term frequencies probed one by one for the bounds; above: one group
+POSTINGS_DL_CAP = 256  # per-length bounds are tabulated for 0..cap; longer memories share one
+POSTINGS_PROBE_COST = 3.0  # a primary-key probe of one memory, in postings read by a scan
+POSTINGS_READ_ALL = 4000  # at most this many postings in all: one pass over all, no bounds
+
+_HEADS_SQL = """
+SELECT t.lexeme, g.tf, h.dl FROM unnest(%(lexemes)s::text[], %(max_tf)s::int[]) t(lexeme, max_tf)
+     CROSS JOIN LATERAL generate_series(least(greatest(t.max_tf, 1), %(groups)s), 1, -1) g(tf)
+     CROSS JOIN LATERAL (SELECT p.dl FROM lexical_postings p
+                         WHERE p.tenant_id = %(tenant)s AND p.scope = %(scope)s
+                           AND p.lexeme = t.lexeme AND p.tf = g.tf
+                         ORDER BY p.dl LIMIT 1) h
+UNION ALL
+SELECT t.lexeme, h.tf, 0 FROM unnest(%(lexemes)s::text[]) t(lexeme)
+     CROSS JOIN LATERAL (SELECT p.tf FROM lexical_postings p
+                         WHERE p.tenant_id = %(tenant)s AND p.scope = %(scope)s
+                           AND p.lexeme = t.lexeme AND p.tf > %(groups)s
+                         ORDER BY p.tf DESC LIMIT 1) h
+"""
+
+# the contributions of every query term to the memory ``x.memory_id``: its postings in one
+# index-only probe of the primary key (OFFSET 0 keeps the planner from turning the probes
+# into a scan of the terms' whole postings)
+_EXACT_SQL = """
+    SELECT a.idf * q.tf * (%(k1)s + 1)
+           / (q.tf + %(k1)s * (1 - %(b)s + %(b)s * q.dl / %(avgdl)s)) AS c
+    FROM lexical_postings q JOIN a ON a.lexeme = q.lexeme
+    WHERE q.tenant_id = %(tenant)s AND q.memory_id = x.memory_id OFFSET 0"""
+
+# A first lower bound of the n-th score: the exact scores of the memories at the head of
+# each term's postings (highest tf, shortest), ``m`` per term (the threshold algorithm's
+# first sorted accesses: Fagin, Lotem and Naor, "Optimal aggregation algorithms for
+# middleware", 2001); their n-th best score, 0 if fewer.
+_SEED_SQL = """
+WITH a(lexeme, idf) AS (SELECT * FROM unnest(%(a_lx)s::text[], %(a_idf)s::float8[])),
+head AS (
+    SELECT DISTINCT h.memory_id FROM a CROSS JOIN LATERAL (
+        SELECT p.memory_id FROM lexical_postings p
+        WHERE p.tenant_id = %(tenant)s AND p.scope = %(scope)s AND p.lexeme = a.lexeme
+        ORDER BY p.tf DESC, p.dl, p.memory_id LIMIT %(m)s) h
+), scored AS (
+    SELECT x.memory_id, sum(w.c) AS score FROM head x CROSS JOIN LATERAL (%(exact)s) w
+    GROUP BY x.memory_id ORDER BY score DESC LIMIT %(n)s
+)
+SELECT count(*) AS seen, coalesce(min(score), 0) AS theta FROM scored
+"""
+
+# One pass of MaxScore over the postings (see _postings_top). ``part``: the essential
+# terms' partial score of every memory holding one of them (an index-only scan per term);
+# ``seed``: the best of those by partial score, scored exactly (one primary-key probe
+# each); θ: their n-th exact score, or ``floor`` if higher, at most the true n-th score;
+# ``cand``: the memories whose partial score plus the most the non-essential terms can add
+# at their length (``bne``, by length) reaches θ. The non-essential terms' part of their
+# scores comes from a probe per candidate when there are few (at most ``probe_max``),
+# else from a scan of those terms' postings (the planner runs only the branch whose
+# one-time filter holds). The best by that score (and all within ``eps`` of the n-th)
+# are scored again summing the contributions in increasing order (``ORDER BY``), so that
+# equal contributions give bit-identical sums and ties go by id, as in the recount.
+_PASS_SQL = """
+WITH e(lexeme, idf) AS (SELECT * FROM unnest(%(e_lx)s::text[], %(e_idf)s::float8[])),
+a(lexeme, idf) AS (SELECT * FROM unnest(%(a_lx)s::text[], %(a_idf)s::float8[])),
+ne(lexeme, idf) AS (SELECT * FROM unnest(%(ne_lx)s::text[], %(ne_idf)s::float8[])),
+part AS MATERIALIZED (
+    SELECT p.memory_id, max(p.dl) AS dl,
+           sum(e.idf * p.tf * (%(k1)s + 1)
+               / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * p.dl / %(avgdl)s))) AS ps
+    FROM e JOIN lexical_postings p ON p.tenant_id = %(tenant)s AND p.scope = %(scope)s
+                                   AND p.lexeme = e.lexeme
+    GROUP BY p.memory_id
+), seed AS MATERIALIZED (
+    SELECT memory_id FROM part ORDER BY ps DESC, memory_id LIMIT %(seeds)s
+), seed_score AS (
+    SELECT x.memory_id, sum(w.c) AS score FROM seed x CROSS JOIN LATERAL (%(exact)s) w
+    GROUP BY x.memory_id ORDER BY score DESC LIMIT %(n)s
+), theta AS MATERIALIZED (
+    SELECT greatest(%(floor)s::float8,
+                    CASE WHEN count(*) >= %(n)s THEN min(score) ELSE 0 END) AS theta
+    FROM seed_score
+), cand AS MATERIALIZED (
+    SELECT part.memory_id, part.ps FROM part, theta
+    WHERE part.ps + (%(bne)s::float8[])[least(part.dl, %(cap)s) + 1] >= theta.theta - %(eps)s
+), ncand AS MATERIALIZED (
+    SELECT count(*) AS k FROM cand
+), ne_probe AS (
+    SELECT x.memory_id, sum(w.c) AS s FROM cand x CROSS JOIN LATERAL (%(exact_ne)s) w
+    WHERE (SELECT k FROM ncand) <= %(probe_max)s
+    GROUP BY x.memory_id
+), ne_scan AS (
+    SELECT p.memory_id, sum(ne.idf * p.tf * (%(k1)s + 1)
+               / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * p.dl / %(avgdl)s))) AS s
+    FROM ne JOIN lexical_postings p ON p.tenant_id = %(tenant)s AND p.scope = %(scope)s
+                                    AND p.lexeme = ne.lexeme
+    WHERE (SELECT k FROM ncand) > %(probe_max)s
+      AND p.memory_id IN (SELECT memory_id FROM cand)
+    GROUP BY p.memory_id
+), fast AS MATERIALIZED (
+    SELECT c.memory_id, c.ps + coalesce(np.s, ns.s, 0) AS score
+    FROM cand c LEFT JOIN ne_probe np ON np.memory_id = c.memory_id
+         LEFT JOIN ne_scan ns ON ns.memory_id = c.memory_id
+), best AS (
+    SELECT x.memory_id FROM fast x
+    WHERE x.score >= (SELECT coalesce(min(t.score), 0) FROM (
+                          SELECT score FROM fast ORDER BY score DESC LIMIT %(n)s) t) - %(eps)s
+), scored AS (
+    SELECT x.memory_id, sum(w.c ORDER BY w.c) AS score FROM best x
+         CROSS JOIN LATERAL (%(exact)s) w
+    GROUP BY x.memory_id
+    ORDER BY score DESC, x.memory_id LIMIT %(n)s
+)
+SELECT m.id, m.created_at, m.pinned, s.score, %(qmax)s::float8 AS qmax,
+       t.theta, (SELECT k FROM ncand) AS cands, (SELECT count(*) FROM part) AS parts
+FROM scored s JOIN memories m ON m.tenant_id = %(tenant)s AND m.id = s.memory_id
+     CROSS JOIN theta t
+ORDER BY s.score DESC, s.memory_id
+"""
+
+_SEED_SQL = _SEED_SQL.replace("%(exact)s", _EXACT_SQL)
+_PASS_SQL = (_PASS_SQL.replace("%(exact)s", _EXACT_SQL)
+             .replace("%(exact_ne)s", _EXACT_SQL.replace("JOIN a ON a.", "JOIN ne a ON a.")))
+
+
+def _weight(idf: float, tf: float, dl: float, avgdl: float, k1: float, b: float) -> float:
+    """One term's BM25 contribution (as the SQL computes it)."""
+    return idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
+
+
+def _estimate_theta(present: list[dict[str, Any]], idf: dict[str, float], n: int) -> float:
+    """A guess of the n-th score (not a bound: the pass checks what it implies): a memory
+    of average length holding the most specific terms that, were terms independent, about
+    ``n`` memories would hold together, less a margin."""
+    docs = max(float(present[0]["doc_count"] or 0), 1.0)
+    guess, expected = 0.0, docs
+    for r in sorted(present, key=lambda r: (-idf[r["lexeme"]], r["lexeme"])):
+        expected *= float(r["df"]) / docs
+        if expected < n:
+            break
+        guess += idf[r["lexeme"]]
+    return 0.9 * guess
+
+
+def _postings_top(conn: psycopg.Connection[Any], params: dict[str, Any],
+                  present: list[dict[str, Any]], idf: dict[str, float], avgdl: float,
+                  qmax: float, n: int, k1: float, b: float,
+                  explain: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+    """The exact BM25 top ``n`` of a scope's live memories from ``lexical_postings``
+    (migration 0010), MaxScore over postings (Turtle and Flood, "Query evaluation:
+    strategies and optimizations", IP&M 1995), or None when the postings are not kept
+    (a present term has none: Citus, where 0010 creates no triggers).
+
+    The bounds are exact: the first posting of each (term, tf) group in the B-tree is the
+    group's shortest memory, so a term adds at most ``max w(tf, that dl)`` to any score,
+    and to a memory of length ``dl`` at most the best of the groups whose shortest memory
+    is not longer. The terms whose bounds sum below θ (a lower bound of the n-th score,
+    estimated first and checked after) are non-essential: a memory holding none of the
+    others scores below θ, and so cannot be in the top n. Only the essential terms'
+    postings are read in full; the rare memories whose partial score plus the
+    non-essential bound at their length reaches θ get exact scores. When the check fails
+    (θ came out below the non-essential bound), the pass is repeated once with the
+    non-essential terms chosen by the θ found, which is then known to hold."""
+    tenant, scope = params["tenant"], params["scope"]
+    lexemes = [r["lexeme"] for r in present]
+    df = {r["lexeme"]: int(r["df"]) for r in present}
+    eps = 1e-9 * max(1.0, qmax)
+    cap = POSTINGS_DL_CAP
+    if sum(df.values()) <= POSTINGS_READ_ALL:  # few postings: read them all, in one pass
+        return _postings_pass(conn, params, lexemes, [], idf, df, avgdl, qmax, n, k1, b,
+                              0.0, [0.0] * (cap + 1), eps, 1, explain)[0]
+    heads = conn.execute(_HEADS_SQL, {
+        "lexemes": lexemes, "max_tf": [int(r["max_tf"]) for r in present],
+        "groups": POSTINGS_TF_GROUPS, "tenant": tenant, "scope": scope}).fetchall()
+    groups: dict[str, list[tuple[int, int]]] = {lx: [] for lx in lexemes}
+    for h in heads:
+        groups[h["lexeme"]].append((int(h["tf"]), int(h["dl"])))
+    if any(not g for g in groups.values()):
+        return None  # a term the statistics know has no postings: they are not kept
+    # by_len[t][d]: the most term t adds to a memory of length d (d = cap: any d >= cap)
+    by_len: dict[str, list[float]] = {}
+    for lx, gs in groups.items():
+        row = [max((_weight(idf[lx], tf, d, avgdl, k1, b) for tf, dmin in gs if dmin <= d),
+                   default=0.0) for d in range(cap)]
+        row.append(max(_weight(idf[lx], tf, max(cap, dmin), avgdl, k1, b) for tf, dmin in gs))
+        by_len[lx] = row
+    bound = {lx: max(row) for lx, row in by_len.items()}
+    order = sorted(lexemes, key=lambda lx: (bound[lx], lx))  # weakest first
+
+    def split(theta: float) -> int:
+        """How many of the weakest terms are non-essential for ``theta`` (never all)."""
+        total, j = 0.0, 0
+        while j < len(order) - 1 and total + bound[order[j]] < theta - eps:
+            total += bound[order[j]]
+            j += 1
+        return j
+
+    guess = _estimate_theta(present, idf, n)
+    seed = conn.execute(_SEED_SQL, {
+        "a_lx": lexemes, "a_idf": [idf[lx] for lx in lexemes], "k1": k1, "b": b,
+        "avgdl": avgdl, "tenant": tenant, "scope": scope, "n": n,
+        "m": max(2 * n // len(lexemes), 1)}).fetchone()
+    floor = float(seed["theta"]) if seed and int(seed["seen"]) >= n else 0.0
+    cut = split(max(floor, guess))
+    for attempt in (1, 2):
+        ne = order[:cut]
+        bne = [sum(by_len[lx][d] for lx in ne) for d in range(cap + 1)]
+        rows, theta = _postings_pass(conn, params, order[cut:], ne, idf, df, avgdl, qmax, n,
+                                     k1, b, floor, bne, eps, attempt, explain)
+        if not ne or (rows and sum(bound[lx] for lx in ne) < theta - eps):
+            return rows
+        floor, cut = theta, split(theta)
+    raise AssertionError("unreachable: the second pass's split holds by construction")
+
+
+def _postings_pass(conn: psycopg.Connection[Any], params: dict[str, Any], ess: list[str],
+                   ne: list[str], idf: dict[str, float], df: dict[str, int], avgdl: float,
+                   qmax: float, n: int, k1: float, b: float, floor: float, bne: list[float],
+                   eps: float, attempt: int, explain: dict[str, Any] | None
+                   ) -> tuple[list[dict[str, Any]], float]:
+    """One run of :data:`_PASS_SQL` with essential terms ``ess`` and non-essential ``ne``:
+    its rows (the top n, exact if θ holds) and θ."""
+    lexemes = ess + ne
+    rows = conn.execute(_PASS_SQL, {
+        "e_lx": ess, "e_idf": [idf[lx] for lx in ess],
+        "ne_lx": ne, "ne_idf": [idf[lx] for lx in ne],
+        "probe_max": int(sum(df[lx] for lx in ne) / POSTINGS_PROBE_COST),
+        "a_lx": lexemes, "a_idf": [idf[lx] for lx in lexemes],
+        "k1": k1, "b": b, "avgdl": avgdl, "tenant": params["tenant"],
+        "scope": params["scope"], "n": n, "seeds": 2 * n, "floor": floor, "bne": bne,
+        "cap": POSTINGS_DL_CAP, "eps": eps, "qmax": qmax}).fetchall()
+    theta = float(rows[0]["theta"]) if rows else 0.0
+    if explain is not None:
+        explain.update(path="postings", passes=attempt, essential=ess, nonessential=ne,
+                       theta=theta, candidates=int(rows[0]["cands"]) if rows else 0,
+                       partial=int(rows[0]["parts"]) if rows else 0,
+                       read=sum(df[lx] for lx in ess), df=sum(df.values()))
+    for r in rows:
+        del r["theta"], r["cands"], r["parts"]
+    return rows, theta
+
+
 def _term_bound(idf: float, max_tf: int, k1: float, b: float) -> float:
     """The most one term can add to a BM25 score: its highest term frequency in the
     shortest possible document (``|d| → 0``)."""
@@ -191,15 +460,15 @@ def _bm25(conn: psycopg.Connection[Any], where: str, params: dict[str, Any],
         SELECT id, created_at, pinned, tsv, tsv_length::float8 AS dl
         FROM memories WHERE tsv @@ %(tsq)s::tsquery AND {where}
     )
-    SELECT m.id, m.created_at, m.pinned,
-           sum(i.idf * t.tf * (%(k1)s + 1)
-               / (t.tf + %(k1)s * (1 - %(b)s + %(b)s * m.dl / %(avgdl)s))) AS score,
+    SELECT m.id, m.created_at, m.pinned, sum(w.c ORDER BY w.c) AS score,
            %(qmax)s::float8 AS qmax
     FROM matched m
-         CROSS JOIN LATERAL (SELECT u.lexeme,
-                                    coalesce(array_length(u.positions, 1), 1)::float8 AS tf
-                             FROM unnest(m.tsv) u) t
-         JOIN idf i ON i.lexeme = t.lexeme
+         CROSS JOIN LATERAL (
+             SELECT i.idf * t.tf * (%(k1)s + 1)
+                    / (t.tf + %(k1)s * (1 - %(b)s + %(b)s * m.dl / %(avgdl)s)) AS c
+             FROM (SELECT u.lexeme, coalesce(array_length(u.positions, 1), 1)::float8 AS tf
+                   FROM unnest(m.tsv) u) t
+                  JOIN idf i ON i.lexeme = t.lexeme) w
     GROUP BY m.id, m.created_at, m.pinned
     ORDER BY score DESC, m.id
     LIMIT %(n)s
@@ -235,15 +504,16 @@ def text_candidates_recount(
                * (%(k1)s + 1) AS qmax
         FROM q LEFT JOIN df ON df.lexeme = q.lexeme CROSS JOIN stats s
     )
-    SELECT m.id, m.created_at, m.pinned,
-           sum(ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
-               * t.tf * (%(k1)s + 1)
-               / (t.tf + %(k1)s * (1 - %(b)s + %(b)s * m.dl / s.avgdl))) AS score,
-           min(qm.qmax) AS qmax
-    FROM matched m JOIN terms t ON t.id = m.id JOIN df ON df.lexeme = t.lexeme
-         CROSS JOIN stats s CROSS JOIN qmax qm
-    GROUP BY m.id, m.created_at, m.pinned
-    ORDER BY score DESC, m.id
+    SELECT x.id, x.created_at, x.pinned, sum(x.c ORDER BY x.c) AS score,
+           min(x.qmax) AS qmax
+    FROM (SELECT m.id, m.created_at, m.pinned, qm.qmax,
+                 ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
+                 * t.tf * (%(k1)s + 1)
+                 / (t.tf + %(k1)s * (1 - %(b)s + %(b)s * m.dl / s.avgdl)) AS c
+          FROM matched m JOIN terms t ON t.id = m.id JOIN df ON df.lexeme = t.lexeme
+               CROSS JOIN stats s CROSS JOIN qmax qm) x
+    GROUP BY x.id, x.created_at, x.pinned
+    ORDER BY score DESC, x.id
     LIMIT %(n)s
     """
     return conn.execute(sql, {**params, "qtext": qtext, "n": n, "k1": k1, "b": b}).fetchall()

@@ -205,3 +205,108 @@ def target_page(conn: Conn, tenant: str, scope: str, subject: str | None,
     return [r["id"] for r in conn.execute(
         f"SELECT m.id FROM memories m WHERE {_target_where('m', subject)}{cond} "
         "ORDER BY m.id LIMIT %(limit)s", params).fetchall()]
+
+
+# -- the keyset listing's extras (issue 10: one page costs O(page), not O(subject)) ----------
+WINDOW_CAP = 5000
+"""At most this many memories outside the target are examined in one page's id window;
+past it :func:`extras_in_window` gives up (None) and the caller walks from the target."""
+
+# Links into a memory, walked backwards: its lineage sources, and its versions (symmetric:
+# children by parent_id, the parent, same scope and key); with %(same)s only versions of
+# the same subject (an erase by subject). Rows: (id: the memory, src: the linked one).
+_INTO_SQL = """
+SELECT l.memory_id AS id, l.source_id AS src FROM memory_lineage l
+WHERE l.tenant_id = %(t)s AND l.memory_id = ANY(%(f)s)
+UNION
+SELECT m.id, o.id FROM memories m JOIN memories o
+  ON o.tenant_id = %(t)s AND o.parent_id = m.id
+WHERE m.tenant_id = %(t)s AND m.id = ANY(%(f)s)
+  AND (NOT %(same)s OR o.subject_id IS NOT DISTINCT FROM m.subject_id)
+UNION
+SELECT m.id, o.id FROM memories m JOIN memories o
+  ON o.tenant_id = %(t)s AND o.id = m.parent_id
+WHERE m.tenant_id = %(t)s AND m.id = ANY(%(f)s)
+  AND (NOT %(same)s OR o.subject_id IS NOT DISTINCT FROM m.subject_id)
+UNION
+SELECT m.id, o.id FROM memories m JOIN memories o
+  ON o.tenant_id = %(t)s AND o.scope = m.scope AND o.key = m.key AND o.id <> m.id
+WHERE m.tenant_id = %(t)s AND m.id = ANY(%(f)s) AND m.key IS NOT NULL
+  AND (NOT %(same)s OR o.subject_id IS NOT DISTINCT FROM m.subject_id)
+"""
+
+
+def extras_in_window(conn: Conn, tenant: str, scope: str, subject: str | None,
+                     after: uuid.UUID | None, upper: uuid.UUID | None, *,
+                     cap: int | None = None) -> list[uuid.UUID] | None:
+    """The memories outside the target (every memory of ``subject`` in ``scope``; with
+    ``subject`` None the whole scope) with ``after < id <= upper`` (None: unbounded) that
+    an erase of the target reaches (the extras of :func:`mnemovault.governance.forget.
+    extras`: versions and, transitively, derived memories), in id order; or None when the
+    window holds more than ``cap`` (default :data:`WINDOW_CAP`) memories outside the target.
+
+    Walked backwards from the window, never from the target: an extra is a memory from
+    which a path of reversed links (to its lineage sources; to its versions, symmetric,
+    within one subject for an erase by subject, as the forward walk) reaches a target
+    memory. The walk starts at the window's memories outside the target that have a link
+    at all (a key, a parent, a child, a lineage source), goes back through memories
+    outside the target only, records each link, and stops at target memories; a memory of
+    the window is an extra when the recorded links lead forward to it from a target memory
+    reached. Cost: the window (``LIMIT cap + 1``, primary key order) and the ancestry of
+    its linked memories, not the target's size."""
+    cap = WINDOW_CAP if cap is None else cap
+    params: dict[str, Any] = {"tenant": tenant, "scope": scope, "subject": subject,
+                              "after": after, "upper": upper, "cap": cap + 1}
+    cond = " AND m.id > %(after)s" if after is not None else ""
+    cond += " AND m.id <= %(upper)s" if upper is not None else ""
+    rows = conn.execute(
+        "SELECT m.id, (m.key IS NOT NULL OR m.parent_id IS NOT NULL"
+        "  OR EXISTS (SELECT 1 FROM memory_lineage l WHERE l.tenant_id = %(tenant)s"
+        "             AND l.memory_id = m.id)"
+        "  OR EXISTS (SELECT 1 FROM memories c WHERE c.tenant_id = %(tenant)s"
+        "             AND c.parent_id = m.id)) AS linked "
+        f"FROM memories m WHERE m.tenant_id = %(tenant)s{cond} AND NOT (m.scope = %(scope)s"
+        + (" AND m.subject_id IS NOT DISTINCT FROM %(subject)s" if subject is not None
+           else "") + ") ORDER BY m.id LIMIT %(cap)s", params).fetchall()
+    if len(rows) > cap:
+        return None
+    window = [r["id"] for r in rows if r["linked"]]
+    if not window:
+        return []
+    # backwards from the window, through memories outside the target
+    into: dict[uuid.UUID, set[uuid.UUID]] = {}  # linked -> memories it links forward to
+    seen: set[uuid.UUID] = set(window)
+    reached: set[uuid.UUID] = set()  # target memories met
+    frontier = sorted(window)
+    while frontier:
+        links = conn.execute(_INTO_SQL, {"t": tenant, "f": frontier,
+                                         "same": subject is not None}).fetchall()
+        new = {r["src"] for r in links} - seen
+        for r in links:
+            into.setdefault(r["src"], set()).add(r["id"])
+        seen |= new
+        own = in_target(conn, tenant, sorted(new), scope, subject)
+        reached |= own
+        frontier = sorted(new - own)
+    # forwards from the target memories met, along the recorded links
+    found: set[uuid.UUID] = set()
+    todo = list(reached)
+    while todo:
+        for nxt in into.get(todo.pop(), ()):
+            if nxt not in found and nxt not in reached:
+                found.add(nxt)
+                todo.append(nxt)
+    return sorted(found & set(window))
+
+
+def known_fingerprints(conn: Conn, tenant: str,
+                       fingerprints: Collection[bytes]) -> list[dict[str, Any]]:
+    """``fingerprint``, ``kind``, ``ntokens``, ``head`` of the live vault values among
+    ``fingerprints`` (the ``pii_values_fingerprint`` index): the known entities a short
+    name (a subject, a scope) can contain (:class:`mnemovault.pii.service.Translator`)."""
+    if not fingerprints:
+        return []
+    return conn.execute(
+        "SELECT fingerprint, kind, ntokens, head FROM pii_values "
+        "WHERE tenant_id = %s AND fingerprint = ANY(%s)",
+        (tenant, list(fingerprints))).fetchall()

@@ -5,11 +5,19 @@ The listing is exactly the set an erase of the same subject and scope would remo
 (:func:`mnemovault.governance.forget.resolve_target`: the subject's memories in the scope
 in any status, pending review and archived and superseded included, their versions, and
 what was derived from them), oldest id first, ``limit`` 1..100, ``cursor`` = the last id of
-the previous page. Embeddings are never read. Cost per page: the target's own ids come
-from the ``memories_scope_subject`` index (``limit`` of them), and the memories outside
-the target that an erase reaches (versions, derived facts) from one statement over the
-target in the server (:func:`mnemovault.governance.forget.extras`), so no page ships all
-N ids.
+the previous page. Embeddings are never read. A page costs O(page), not O(subject): the
+target's own ids come from the ``memories_scope_subject`` index (the first ``limit + 1``
+after the cursor); they bound the page's id window (cursor, last of them], and the
+memories outside the target that an erase reaches (versions, derived facts) are looked
+for in that window only, by walking backwards from its memories to the target
+(:func:`mnemovault.store.subjects.extras_in_window`: the window's rows outside the target
+and their ancestry, never the whole target). Only a window holding more than
+:data:`~mnemovault.store.subjects.WINDOW_CAP` memories outside the target (the last page
+of a subject followed by much else, or a subject sparse among many others) falls back to
+the walk from the whole target (:func:`mnemovault.governance.forget.extras`, one pass in
+the server), filtered to the window. The subject and scope are translated to their
+stored form without loading the tenant's known-entity index
+(:class:`mnemovault.pii.service.Translator` with ``names``).
 
 The export is everything about the subject in one document of the format
 ``mnemovault-subject-export/1``, described by the JSON Schema committed at
@@ -52,6 +60,7 @@ subject by fingerprint).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -100,15 +109,22 @@ def list_memories(rt: Runtime, who: Principal, subject: str, *, scope: str, limi
         raise ValidationError("limit: must be an integer in 1..100", field="limit")
     after = checked.parse_id(cursor, "cursor") if cursor is not None else None
     with rt.db.transaction(who.tenant) as conn:
-        tr = pii.Translator(rt, conn, who.tenant)
+        tr = pii.Translator(rt, conn, who.tenant, names=True)
         keys = rt.pii.tenant_keys(conn, who.tenant)
         target = target_of(scope, subject, tr, keys)
-        versions, derived = forget_mod.extras(conn, target)
-        extra = visible(rt, conn, who, [i for i in sorted({*versions, *derived})
-                                        if after is None or i > after])
         own = subject_store.target_page(conn, who.tenant, target.scope, target.subject, after,
                                         limit + 1)
-        ids = sorted({*own, *extra[: limit + 1]})[: limit + 1]
+        # the page lies in (after, upper]: the first limit + 1 own ids already fill it
+        upper = own[limit] if len(own) > limit else None
+        extra: list[uuid.UUID] | None = []  # no own memory at all: nothing is reached
+        if own or after is not None:
+            extra = subject_store.extras_in_window(conn, who.tenant, target.scope,
+                                                   target.subject, after, upper)
+        if extra is None:  # a crowded window: walk from the whole target instead
+            versions, derived = forget_mod.extras(conn, target)
+            extra = [i for i in sorted({*versions, *derived})
+                     if (after is None or i > after) and (upper is None or i <= upper)]
+        ids = sorted({*own, *visible(rt, conn, who, extra, tr)})[: limit + 1]
         rows = subject_store.rows(conn, who.tenant, ids[:limit])
         items = pii.render(rt, conn, who, [Memory.from_row(r) for r in rows], reveal=False)
     return Page(items=items, next_cursor=items[-1].id if len(ids) > limit else None)
@@ -129,13 +145,13 @@ def export(rt: Runtime, who: Principal, subject: str, *, scope: str, reveal: boo
         who.require("pii:reveal")
     subject, scope = _check(who, subject, scope)
     with rt.db.transaction(who.tenant) as conn:
-        tr = pii.Translator(rt, conn, who.tenant)
+        tr = pii.Translator(rt, conn, who.tenant, names=True)
         keys = rt.pii.tenant_keys(conn, who.tenant)
         target = target_of(scope, subject, tr, keys)
         res = forget_mod.resolve_target(conn, target)
         reasons = res.reasons()
-        rows = [r for r in subject_store.rows(conn, who.tenant, res.all)
-                if pii.within_limits(rt, conn, who, r)]
+        inside = _within(rt, conn, who, tr)
+        rows = [r for r in subject_store.rows(conn, who.tenant, res.all) if inside(r)]
         ids = [r["id"] for r in rows]
         sources = subject_store.lineage_sources(conn, who.tenant, ids)
         procs, runs = _procedural(conn, target)
@@ -187,15 +203,26 @@ def export(rt: Runtime, who: Principal, subject: str, *, scope: str, reveal: boo
     }
 
 
-def visible(rt: Runtime, conn: Any, who: Principal,
-            ids: list[uuid.UUID]) -> list[uuid.UUID]:
+def visible(rt: Runtime, conn: Any, who: Principal, ids: list[uuid.UUID],
+            tr: pii.Translator | None = None) -> list[uuid.UUID]:
     """Those of ``ids`` within the key's limits (:func:`mnemovault.pii.service.
     within_limits`), in the given order; all of them for an unlimited key."""
     if not who.limited or not ids:
         return ids
-    inside = {r["id"] for r in subject_store.rows(conn, who.tenant, ids)
-              if pii.within_limits(rt, conn, who, r)}
-    return [i for i in ids if i in inside]
+    inside = _within(rt, conn, who, tr)
+    keep = {r["id"] for r in subject_store.rows(conn, who.tenant, ids) if inside(r)}
+    return [i for i in ids if i in keep]
+
+
+def _within(rt: Runtime, conn: Any, who: Principal,
+            tr: pii.Translator | None) -> Callable[[dict[str, Any]], bool]:
+    """Whether a stored row lies within the key's limits (the rule of :func:`mnemovault.
+    pii.service.within_limits`), the limits translated once, not once a row."""
+    if not who.limited:
+        return lambda row: True
+    scope, subject = pii.stored_limits(rt, conn, who, tr)
+    return lambda row: ((scope is None or row["scope"] == scope)
+                        and (subject is None or row["subject_id"] == subject))
 
 
 def _procedural(conn: Any, target: forget_mod.Target

@@ -121,7 +121,7 @@ def erase(rt: Runtime, who: Principal, *, scope: str, subject: str | None = None
     request_id = request_id or str(uuid.uuid4())
     try:
         with rt.db.transaction(who.tenant) as conn:
-            tr = pii.Translator(rt, conn, who.tenant)
+            tr = pii.Translator(rt, conn, who.tenant, names=True)
             target = target_of(scope, subject, tr, rt.pii.tenant_keys(conn, who.tenant))
             subject_store.lock_for_erase(conn, who.tenant, target.scope, target.subject)
             if who.limited:

@@ -40,17 +40,20 @@ its purge (so a tenant id reused for a new customer later is left alone), marks 
 and purges it again in the same run (:func:`mnemovault.tenants.lifecycle.reapply_purges`;
 :func:`mnemovault.tenants.lifecycle.restored_purges` lists them for a report).
 
-Appending follows ``audit_seq``: writers take an ``fcntl`` lock on ``<file>.lock``, read the
-file's last line, and append the table's rows after it. When the last line's row is not in
-the table (the database was restored to an older state) every table row whose ``id`` the
-file lacks is appended, so lines written after a restore are not lost behind older seqs.
+Appending follows ``audit_seq`` (the file mechanics, lock, fsync and atomic rewrite, are
+:mod:`mnemovault.audit.jsonl`'s): writers take an ``fcntl`` lock on ``<file>.lock``, compare
+the file's last line with the table's row at its seq (same ``id``), and append the table's
+rows after it. When the last line's row is not in the table (the database was restored to
+an older state) every line stays, being the record of erasures the restore undid, and every
+table row whose ``id`` the file lacks is appended, so lines written after a restore are not
+lost behind older seqs; how many lines have no row in the table is logged as a warning
+(:data:`mnemovault.audit.jsonl.KEEP`). ``ledger export`` refuses to write over the live file
+of the tenant (it would drop those lines).
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -59,6 +62,7 @@ from typing import Any
 
 import orjson
 
+from mnemovault.audit import jsonl
 from mnemovault.audit import log as audit
 from mnemovault.audit.canonical import canonical_json
 from mnemovault.audit.chain import format_ts
@@ -98,75 +102,32 @@ def line(row: dict[str, Any]) -> bytes:
         "rectified": [str(i) for i in row["rectified"]]}) + b"\n"
 
 
-def _last(path: Path) -> dict[str, Any] | None:
-    """The file's last complete line, parsed (None: missing or empty)."""
-    if not path.exists() or path.stat().st_size == 0:
-        return None
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        chunk = 4096
-        while True:
-            start = max(0, size - chunk)
-            f.seek(start)
-            data = f.read(size - start)
-            body = data[:-1] if data.endswith(b"\n") else data
-            nl = body.rfind(b"\n")
-            if nl != -1 or start == 0:
-                parsed: dict[str, Any] = orjson.loads(body[nl + 1:])
-                return parsed
-            chunk *= 2
+class LedgerFile(jsonl.TableFile[dict[str, Any]]):
+    """The per-tenant JSON Lines copy of ``erasure_ledger``; a file ahead of the database
+    is kept whole (module docstring)."""
 
+    ahead = jsonl.KEEP
+    batch = BATCH
 
-def _ids_in(path: Path) -> set[str]:
-    with open(path, "rb") as f:
-        return {str(orjson.loads(raw)["id"]) for raw in f if raw.strip()}
-
-
-class LedgerFile:
-    """The per-tenant JSON Lines copy of ``erasure_ledger`` (module docstring)."""
-
-    def __init__(self, db: Database, directory: Path) -> None:
-        self.db = db
-        self.directory = Path(directory)
-
-    def path(self, tenant: str) -> Path:
-        return self.directory / f"{tenant}.jsonl"
+    def table(self, tenant: str) -> jsonl.Table[dict[str, Any]]:
+        return table(self.db, tenant)
 
     def after_commit(self, tenant: str) -> None:
         """The database's after-commit hook: sync when this context wrote a ledger row."""
         if store.take_pending(tenant):
             self.sync(tenant)
 
-    def sync(self, tenant: str) -> int:
-        """Append the tenant's committed rows the file lacks; how many."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.path(tenant)
-        with open(path.with_name(path.name + ".lock"), "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            last = _last(path)
-            seq, known = 0, None
-            if last is not None:
-                with self.db.transaction(tenant) as conn:
-                    same = store.id_at(conn, tenant, int(last["audit_seq"]))
-                if same is not None and str(same) == last["id"]:
-                    seq = int(last["audit_seq"])
-                else:  # the database is not where the file left it (a restore)
-                    known = _ids_in(path)
-            written = 0
-            with open(path, "ab") as out:
-                while True:
-                    with self.db.transaction(tenant) as conn:
-                        rows = store.after(conn, tenant, seq, BATCH)
-                    if not rows:
-                        break
-                    seq = int(rows[-1]["audit_seq"])
-                    fresh = [r for r in rows if known is None or str(r["id"]) not in known]
-                    out.write(b"".join(line(r) for r in fresh))
-                    written += len(fresh)
-                out.flush()
-                os.fsync(out.fileno())
-        return written
+
+def table(db: Database, tenant: str) -> jsonl.Table[dict[str, Any]]:
+    """The tenant's ``erasure_ledger`` as its file sees it."""
+
+    def fetch(after: int, limit: int) -> list[dict[str, Any]]:
+        with db.transaction(tenant) as conn:
+            return store.after(conn, tenant, after, limit)
+
+    return jsonl.Table(fetch=fetch, seq=lambda r: int(r["audit_seq"]),
+                       ident=lambda r: str(r["id"]), render=line,
+                       key=lambda e: (int(e["audit_seq"]), str(e["id"])))
 
 
 def attach(rt: Runtime) -> None:
@@ -180,49 +141,46 @@ def attach(rt: Runtime) -> None:
 
 
 def export(rt: Runtime, who: Principal, path: Path) -> int:
-    """Write the tenant's whole ledger, from the table, to ``path`` (the operator's copy);
-    how many lines. Needs ``audit:read``."""
+    """Write the tenant's whole ledger, from the table, to ``path`` (the operator's copy,
+    replaced atomically); how many lines. Needs ``audit:read``.
+
+    Raises:
+        ValidationError: ``path`` is the tenant's live ledger file (field ``path``).
+    """
     who.require("audit:read")
     who.require_unlimited("ledger export")
-    n, seq = 0, 0
-    with open(path, "wb") as out:
-        while True:
-            with rt.db.transaction(who.tenant) as conn:
-                rows = store.after(conn, who.tenant, seq, BATCH)
-            if not rows:
-                break
-            seq = int(rows[-1]["audit_seq"])
-            out.write(b"".join(line(r) for r in rows))
-            n += len(rows)
-    return n
+    live = LedgerFile(rt.db, ledger_dir(rt)).path(who.tenant)
+    if Path(path).resolve() == live.resolve():
+        raise ValidationError(f"path: {path} is the tenant's live ledger file; export "
+                              "writes a copy elsewhere", field="path")
+    return jsonl.dump(Path(path), table(rt.db, who.tenant), batch=BATCH)
 
 
 def read(paths: Iterable[Path]) -> list[dict[str, Any]]:
     """The entries of ledger files, in file order.
 
     Raises:
-        ValidationError: a line that is not a ledger entry (field ``ledger``, naming the
-            file and line number).
+        ValidationError: a path that is not a file, or a line that is not a ledger entry
+            (field ``ledger``, naming the file and line number).
     """
     out = []
     for path in paths:
-        with open(path, "rb") as f:
-            for n, raw in enumerate(f, 1):
-                if not raw.strip():
-                    continue
-                try:
-                    entry = orjson.loads(raw)
-                    ok = (isinstance(entry, dict) and set(LINE_KEYS) <= set(entry)
-                          and isinstance(entry["tenant"], str))
-                    if ok:
-                        entry["memory_ids"] = [uuid.UUID(i) for i in entry["memory_ids"]]
-                        entry["rectified"] = [uuid.UUID(i) for i in entry["rectified"]]
-                except (orjson.JSONDecodeError, ValueError, TypeError, AttributeError):
-                    ok = False
-                if not ok:
-                    raise ValidationError(f"ledger: {path} line {n} is not a ledger entry",
-                                          field="ledger")
-                out.append(entry)
+        if not Path(path).is_file():
+            raise ValidationError(f"ledger: {path} is not a file", field="ledger")
+        for n, _offset, raw in jsonl.lines(path):
+            try:
+                entry = orjson.loads(raw)
+                ok = (isinstance(entry, dict) and set(LINE_KEYS) <= set(entry)
+                      and isinstance(entry["tenant"], str))
+                if ok:
+                    entry["memory_ids"] = [uuid.UUID(i) for i in entry["memory_ids"]]
+                    entry["rectified"] = [uuid.UUID(i) for i in entry["rectified"]]
+            except (orjson.JSONDecodeError, ValueError, TypeError, AttributeError):
+                ok = False
+            if not ok:
+                raise ValidationError(f"ledger: {path} line {n} is not a ledger entry",
+                                      field="ledger")
+            out.append(entry)
     return out
 
 
@@ -237,10 +195,9 @@ def files(rt: Runtime, ledger: Path | None) -> list[Path]:
 
 
 def remove_tenant_file(rt: Runtime, tenant: str) -> None:
-    """Delete the tenant's ledger file and its lock file (after the tenant's purge)."""
-    path = LedgerFile(rt.db, ledger_dir(rt)).path(tenant)
-    for p in (path, path.with_name(path.name + ".lock")):
-        p.unlink(missing_ok=True)
+    """Delete the tenant's ledger file, its lock file and any side file (after the tenant's
+    purge)."""
+    LedgerFile(rt.db, ledger_dir(rt)).remove(tenant)
 
 
 def record_purge(rt: Runtime, tenant: str, *, at: datetime, audit_seq: int | None) -> None:
@@ -248,17 +205,9 @@ def record_purge(rt: Runtime, tenant: str, *, at: datetime, audit_seq: int | Non
     with ``ledger_file`` off."""
     if not rt.settings.ledger_file:
         return
-    d = ledger_dir(rt)
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / PURGES_FILE
     entry = canonical_json({"kind": "purge", "tenant": tenant, "at": format_ts(at),
                             "audit_seq": audit_seq}) + b"\n"
-    with open(path.with_name(path.name + ".lock"), "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        with open(path, "ab") as out:
-            out.write(entry)
-            out.flush()
-            os.fsync(out.fileno())
+    jsonl.TenantFiles(ledger_dir(rt)).append(PURGES_FILE.removesuffix(".jsonl"), [entry])
 
 
 def purges(rt: Runtime) -> list[dict[str, Any]]:
@@ -268,16 +217,13 @@ def purges(rt: Runtime) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     out: list[dict[str, Any]] = []
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                e = orjson.loads(raw)
-                out.append({"tenant": str(e["tenant"]), "audit_seq": e.get("audit_seq"),
-                            "at": datetime.fromisoformat(str(e["at"]).replace("Z", "+00:00"))})
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-                log.warning("ledger: %s line %d is not a purge record; skipped", path, n)
+    for n, _offset, raw in jsonl.lines(path):
+        try:
+            e = orjson.loads(raw)
+            out.append({"tenant": str(e["tenant"]), "audit_seq": e.get("audit_seq"),
+                        "at": datetime.fromisoformat(str(e["at"]).replace("Z", "+00:00"))})
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            log.warning("ledger: %s line %d is not a purge record; skipped", path, n)
     return out
 
 

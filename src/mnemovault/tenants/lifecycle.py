@@ -51,6 +51,7 @@ from typing import Any
 
 import orjson
 
+from mnemovault.audit import jsonl
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
 from mnemovault.errors import InternalError, MnemoError, NotFound, Refused
@@ -225,8 +226,7 @@ def _remove_local_copies(rt: Runtime, tenant: str) -> None:
     archives."""
     s = rt.settings
     mirror = Path(s.audit_jsonl_dir or Path(s.data_dir).expanduser() / "audit")
-    for name in (f"{tenant}.jsonl", f"{tenant}.jsonl.lock"):
-        (mirror / name).unlink(missing_ok=True)
+    jsonl.TenantFiles(mirror).remove(tenant)  # with any side file a restore left
     ledger_mod.remove_tenant_file(rt, tenant)
     shutil.rmtree(local_root(s) / tenant, ignore_errors=True)
 

@@ -28,16 +28,19 @@ rows it changes in (tenant, scope) order first and then the lexeme rows in lexem
 so concurrent writers of one scope queue on the scope row instead of deadlocking on
 lexemes.
 
-Citus: a distributed table with triggers needs ``citus.enable_unsafe_triggers = on``,
-the trigger functions on every node, and statement-level triggers with transition tables
-were not tried on shards. So on a server with the ``citus`` extension this revision
-creates the tables and functions but no triggers: the tables stay empty and the lexical
-query falls back to recounting per query (correct, as slow as before).
+Citus: Citus refuses to distribute a table with triggers, and these statements cannot
+run as they are in a trigger on a shard (Citus cannot route a ``FOR UPDATE`` over
+``(tenant_id, scope) IN (...)``). So on a server with the ``citus`` extension this
+revision creates the tables and functions but no triggers; after distributing the tables,
+:func:`mnemovault.store.citus.distribute` installs :data:`TRIGGERS` on the shards (the
+same statements, run on the co-located shards: :mod:`mnemovault.store.migrations.triggers`)
+and recounts the statistics.
 """
 
 from alembic import context, op
 
 from mnemovault.store.migrations.tenancy import tenant_table
+from mnemovault.store.migrations.triggers import TriggerFunction, TriggerSet
 
 revision = "0009_lexical_stats"
 down_revision = "0008_procedures"
@@ -84,7 +87,7 @@ _DOWN = """
 """
 
 
-def _statement_fn(name: str, table: str, sign: str) -> str:
+def _statement_body(table: str, sign: str) -> str:
     src = (f"SELECT tenant_id, scope, {sign}count(*) AS n, {sign}sum(tsv_length) AS len "
            f"FROM {table} WHERE {LIVE} GROUP BY tenant_id, scope")
     lex = (f"SELECT r.tenant_id, r.scope, u.lexeme, {sign}count(*) AS n, "
@@ -92,14 +95,7 @@ def _statement_fn(name: str, table: str, sign: str) -> str:
            f"FROM {table} r, unnest(r.tsv) u WHERE r.status = 'active' AND NOT r.archived "
            f"GROUP BY r.tenant_id, r.scope, u.lexeme")
     body = _LOCK + (_DOWN if sign else _UP)
-    return f"""
-    CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $fn$
-    BEGIN
-    {body.format(src=src, lex=lex)}
-      RETURN NULL;
-    END
-    $fn$
-    """
+    return body.format(src=src, lex=lex)
 
 
 # One row's change: minus the old row if it counted, plus the new row if it counts.
@@ -130,6 +126,51 @@ _ROW_TF = """
 """
 
 
+# The functions, triggers and recount, defined once: created here on plain PostgreSQL and
+# on Citus shards by mnemovault.store.citus.distribute (store/migrations/triggers.py).
+TRIGGERS = TriggerSet(
+    table="memories",
+    targets=("lexical_scope_stats", "lexical_df"),
+    functions=(
+        TriggerFunction("mv_lexical_insert", _statement_body("new_rows", "")),
+        TriggerFunction("mv_lexical_delete", _statement_body("old_rows", "-")),
+        TriggerFunction("mv_lexical_update",
+                        (_LOCK + _UP + _DOWN + _ROW_TF).format(src=_ROW_SRC, lex=_ROW_LEX)),
+        TriggerFunction("mv_lexical_truncate", """
+      DELETE FROM lexical_df;
+      DELETE FROM lexical_scope_stats;"""),
+    ),
+    triggers=("""
+        CREATE TRIGGER memories_lexical_insert AFTER INSERT ON memories
+          REFERENCING NEW TABLE AS new_rows
+          FOR EACH STATEMENT EXECUTE FUNCTION mv_lexical_insert()""", """
+        CREATE TRIGGER memories_lexical_delete AFTER DELETE ON memories
+          REFERENCING OLD TABLE AS old_rows
+          FOR EACH STATEMENT EXECUTE FUNCTION mv_lexical_delete()""", """
+        CREATE TRIGGER memories_lexical_update
+          AFTER UPDATE OF status, archived, scope, content ON memories
+          FOR EACH ROW
+          WHEN (OLD.status IS DISTINCT FROM NEW.status
+                OR OLD.archived IS DISTINCT FROM NEW.archived
+                OR OLD.scope IS DISTINCT FROM NEW.scope
+                OR OLD.content IS DISTINCT FROM NEW.content)
+          EXECUTE FUNCTION mv_lexical_update()""", """
+        CREATE TRIGGER memories_lexical_truncate AFTER TRUNCATE ON memories
+          FOR EACH STATEMENT EXECUTE FUNCTION mv_lexical_truncate()"""),
+    # what is there already (both tables are empty before it)
+    backfill=("DELETE FROM lexical_df", "DELETE FROM lexical_scope_stats", f"""
+        INSERT INTO lexical_scope_stats (tenant_id, scope, doc_count, total_length)
+          SELECT tenant_id, scope, count(*), sum(tsv_length) FROM memories
+          WHERE {LIVE} GROUP BY tenant_id, scope""", """
+        INSERT INTO lexical_df (tenant_id, scope, lexeme, df, max_tf)
+          SELECT m.tenant_id, m.scope, u.lexeme, count(*),
+                 max(coalesce(array_length(u.positions, 1), 1))
+          FROM memories m, unnest(m.tsv) u
+          WHERE m.status = 'active' AND NOT m.archived GROUP BY m.tenant_id, m.scope, u.lexeme
+    """),
+)
+
+
 def upgrade() -> None:
     role = context.config.attributes.get("app_role", "mnemovault_app")
     if not role.replace("_", "").isalnum():
@@ -153,60 +194,19 @@ def upgrade() -> None:
     """)
     for table in ("lexical_scope_stats", "lexical_df"):
         tenant_table(op, table, role, "SELECT, INSERT, UPDATE, DELETE", signed=True)
-    op.execute(_statement_fn("mv_lexical_insert", "new_rows", ""))
-    op.execute(_statement_fn("mv_lexical_delete", "old_rows", "-"))
-    op.execute(f"""
-    CREATE FUNCTION mv_lexical_update() RETURNS trigger LANGUAGE plpgsql AS $fn$
-    BEGIN
-    {(_LOCK + _UP + _DOWN + _ROW_TF).format(src=_ROW_SRC, lex=_ROW_LEX)}
-      RETURN NULL;
-    END
-    $fn$
-    """)
-    op.execute("""
-    CREATE FUNCTION mv_lexical_truncate() RETURNS trigger LANGUAGE plpgsql AS $fn$
-    BEGIN
-      DELETE FROM lexical_df;
-      DELETE FROM lexical_scope_stats;
-      RETURN NULL;
-    END
-    $fn$
-    """)
+    for statement in TRIGGERS.plain_functions():
+        op.execute(statement)
     if op.get_bind().exec_driver_sql(
             "SELECT 1 FROM pg_extension WHERE extname = 'citus'").first() is not None:
         # Citus refuses to distribute a table with triggers (unless
-        # citus.enable_unsafe_triggers): no statistics are kept, and recall's lexical query
-        # recounts them per query (mnemovault.store.search.text_candidates)
+        # citus.enable_unsafe_triggers), and these statements cannot run there as they are:
+        # mnemovault.store.citus.distribute installs TRIGGERS on the shards after
+        # distributing the tables
         return
-    op.execute("""
-        CREATE TRIGGER memories_lexical_insert AFTER INSERT ON memories
-          REFERENCING NEW TABLE AS new_rows
-          FOR EACH STATEMENT EXECUTE FUNCTION mv_lexical_insert();
-        CREATE TRIGGER memories_lexical_delete AFTER DELETE ON memories
-          REFERENCING OLD TABLE AS old_rows
-          FOR EACH STATEMENT EXECUTE FUNCTION mv_lexical_delete();
-        CREATE TRIGGER memories_lexical_update
-          AFTER UPDATE OF status, archived, scope, content ON memories
-          FOR EACH ROW
-          WHEN (OLD.status IS DISTINCT FROM NEW.status
-                OR OLD.archived IS DISTINCT FROM NEW.archived
-                OR OLD.scope IS DISTINCT FROM NEW.scope
-                OR OLD.content IS DISTINCT FROM NEW.content)
-          EXECUTE FUNCTION mv_lexical_update();
-        CREATE TRIGGER memories_lexical_truncate AFTER TRUNCATE ON memories
-          FOR EACH STATEMENT EXECUTE FUNCTION mv_lexical_truncate();
-    """)
-    # what is there already
-    op.execute(f"""
-        INSERT INTO lexical_scope_stats (tenant_id, scope, doc_count, total_length)
-          SELECT tenant_id, scope, count(*), sum(tsv_length) FROM memories
-          WHERE {LIVE} GROUP BY tenant_id, scope;
-        INSERT INTO lexical_df (tenant_id, scope, lexeme, df, max_tf)
-          SELECT m.tenant_id, m.scope, u.lexeme, count(*),
-                 max(coalesce(array_length(u.positions, 1), 1))
-          FROM memories m, unnest(m.tsv) u
-          WHERE m.status = 'active' AND NOT m.archived GROUP BY m.tenant_id, m.scope, u.lexeme;
-    """)
+    for statement in TRIGGERS.triggers:
+        op.execute(statement)
+    for statement in TRIGGERS.backfill:
+        op.execute(statement)
 
 
 def downgrade() -> None:
