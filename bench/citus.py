@@ -75,7 +75,9 @@ def _load(url: str, tenant: str, n: int, dim: int) -> None:
                 text = " ".join(rng.choice(WORDS, 8)) + f" note {i}"
                 cp.write_row((tenant, uuid.uuid4(), "s", "episode", text,
                               "[" + ",".join(f"{x:.6f}" for x in v) + "]"))
-        conn.execute("ANALYZE memories")
+        # the planner's statistics of the tables the triggers filled too (autovacuum would
+        # take a while: without them the postings queries get plans for empty tables)
+        conn.execute("ANALYZE memories, lexical_postings, lexical_df, lexical_scope_stats")
 
 
 def _plan(url: str, tenant: str, dim: int) -> str:

@@ -4,7 +4,7 @@ After writes, supersedes, archive/restore, content edits, forgets, a subject era
 tenant purge and concurrent writers the postings equal a recount from ``memories``; the
 lexical top-n from the postings equals the recount's ranking (ids, scores to 1e-9, ties by
 id), with early termination actually happening on a corpus of common terms, and on small
-generated corpora; without postings (Citus) or with filters the query takes the scan."""
+generated corpora; without postings or with filters the query takes the scan."""
 
 from __future__ import annotations
 
@@ -288,7 +288,7 @@ def test_without_postings_or_with_filters_the_query_scans(vault: MemoryVault,
                                           explain=explain)
         assert explain["path"] == "scan"
         assert [r["id"] for r in filtered] == [r["id"] for r in fast]
-        # as on Citus (0010 creates no triggers there): statistics kept, postings not
+        # statistics kept, postings not (a database whose triggers are missing)
         conn.execute("DELETE FROM lexical_postings WHERE scope = 'np'")
         where, params = search.filter_sql(tenant, "np")
         explain = {}
@@ -296,3 +296,53 @@ def test_without_postings_or_with_filters_the_query_scans(vault: MemoryVault,
                                        explain=explain)
         assert explain["path"] == "scan"
         _same_ranking(after, slow)
+
+
+def test_the_migration_fills_the_postings_of_memories_stored_before_it(
+        vault: MemoryVault) -> None:
+    """0010 on a database with memories (plain PostgreSQL): TRIGGERS.create and the
+    backfill, so the postings equal a recount and later writes are kept."""
+    import importlib
+    import re
+
+    import psycopg
+    from alembic import command
+
+    from mnemovault.store.db import Database
+
+    name = f"mv_postings_{uuid.uuid4().hex[:8]}"
+    base = vault.db.url
+    url = re.sub(r"/mnemovault\?", f"/{name}?", base)
+    assert url != base
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        db = Database(url)
+        command.upgrade(db.alembic_config(3), "0009_lexical_stats")
+        with psycopg.connect(url) as conn:
+            conn.execute("INSERT INTO tenants (tenant_id) VALUES ('old')")
+            for i, text in enumerate(_texts(12, 31)):
+                conn.execute("INSERT INTO memories (tenant_id, id, scope, type, content, "
+                             "embedding, archived) VALUES ('old', %s, 's', 'episode', %s, "
+                             "'[1,0,0]', %s)", (uuid.uuid4(), text, i == 0))
+        command.upgrade(db.alembic_config(3), "head")
+        recount = _DRIFT.replace("%(t)s", "'old'")
+        with psycopg.connect(url) as conn:  # the owner: no row-level security
+            missing, extra, kept = conn.execute(recount).fetchone()
+            posted = conn.execute("SELECT count(DISTINCT memory_id) FROM lexical_postings"
+                                  ).fetchone()[0]
+            assert (missing, extra, posted) == (0, 0, 11) and kept > 11  # not the archived
+            conn.execute("INSERT INTO memories (tenant_id, id, scope, type, content, "
+                         "embedding) VALUES ('old', %s, 's', 'episode', 'kayak river', "
+                         "'[1,0,0]')", (uuid.uuid4(),))
+            triggers = {r[0] for r in conn.execute(
+                "SELECT tgname FROM pg_trigger WHERE tgrelid = 'memories'::regclass "
+                "AND tgname LIKE 'memories_postings_%'")}
+            assert conn.execute(recount).fetchone()[:2] == (0, 0)
+            assert conn.execute("SELECT count(DISTINCT memory_id) FROM lexical_postings"
+                                ).fetchone()[0] == 12
+        module = importlib.import_module("mnemovault.store.migrations.versions.0010_postings")
+        assert triggers == set(module.TRIGGERS.trigger_names()) and len(triggers) == 4
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

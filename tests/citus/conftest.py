@@ -57,6 +57,8 @@ NOT_ON_CITUS: dict[str, str] = {
     "tests/test_tenant_delete.py::test_cli_delete_cancel_status_and_purge": _CLI,
     "tests/test_review_gate.py::test_cli_review_list_approve_reject": _CLI,
     "tests/test_retention.py::test_cli_retention_run": _CLI,
+    "tests/test_postings.py::"
+    "test_the_migration_fills_the_postings_of_memories_stored_before_it": _EMBEDDED,
     "tests/test_postings.py::test_postings_follow_every_change":
         "the test's own checks join lexical_postings and memories without tenant_id, a "
         "join Citus refuses (it would repartition); the same changes are checked on Citus "

@@ -119,7 +119,7 @@ def text_candidates(
     Without filters (``where`` as :func:`filter_sql` makes it for the scope alone) the top
     ``n`` comes from the postings of migration 0010 (:func:`_postings_top`: exact, reading
     the postings of the terms that can matter and scoring few memories). With filters,
-    or where the postings are not kept (Citus), the memories that hold a term are scored
+    or where a term has statistics but no postings, the memories that hold a term are scored
     from their ``tsvector`` with MaxScore over terms (below): row-level security keeps the
     planner off the GIN index (``@@`` is not leakproof), so that reads the whole scope.
     ``explain``, when given, is filled with what the query did (``path``: ``"postings"``
@@ -147,7 +147,7 @@ def text_candidates(
     if not stats:  # no query term survives stemming and stop words
         return []
     docs = float(stats[0]["doc_count"] or 0)
-    if docs <= 0:  # an empty scope, or no statistics kept (Citus: migration 0009)
+    if docs <= 0:  # an empty scope, or no statistics kept (e.g. before migration 0009)
         if explain is not None:
             explain.clear()
             explain["path"] = "recount"
@@ -160,8 +160,9 @@ def text_candidates(
         return []
     if explain is not None:
         explain.clear()
-    # the postings path, where they are kept (on Citus, migration 0010 keeps none: a term
-    # of the statistics without postings, and the path over memories answers)
+    # the postings path where they are kept (on Citus too: store/citus.py installs 0010's
+    # triggers on the shards); a term of the statistics without postings: the path over
+    # memories answers
     if _unfiltered(where, params) and all(r["posted"] for r in present):
         top = _postings_top(conn, params, present, idf, avgdl, qmax, n, k1, b, explain)
         if top is not None:
@@ -348,7 +349,7 @@ def _postings_top(conn: psycopg.Connection[Any], params: dict[str, Any],
     """The exact BM25 top ``n`` of a scope's live memories from ``lexical_postings``
     (migration 0010), MaxScore over postings (Turtle and Flood, "Query evaluation:
     strategies and optimizations", IP&M 1995), or None when the postings are not kept
-    (a present term has none: Citus, where 0010 creates no triggers).
+    (a present term has none, e.g. a Citus cluster not yet distributed).
 
     The bounds are exact: the first posting of each (term, tf) group in the B-tree is the
     group's shortest memory, so a term adds at most ``max w(tf, that dl)`` to any score,
