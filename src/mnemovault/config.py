@@ -51,6 +51,11 @@ class Settings(BaseSettings):
     embed_dimensions: int | None = None
     embed_batch_size: int = 64
     embed_threads: int = 1  # torch intra-op threads for the local embedder (0: torch default)
+    # what the embedder reads of a text holding placeholders: "kinds" (each placeholder as
+    # its kind word; every new database) or "placeholders" (as stored; databases made
+    # before the view was recorded). None: the database's recorded view. A value that
+    # differs from the database's is refused (its vectors were made from the other view).
+    embed_text_view: Literal["kinds", "placeholders"] | None = None
 
     tenant: str = "default"
 

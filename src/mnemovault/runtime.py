@@ -16,11 +16,12 @@ from pathlib import Path
 from mnemovault.audit.service import AuditService
 from mnemovault.config import Settings
 from mnemovault.embed import Embedder, make_embedder
+from mnemovault.embed.view import ViewEmbedder
 from mnemovault.errors import ConfigError
 from mnemovault.llm import ChatProvider, make_provider
 from mnemovault.pii.crypto import KeyRing
 from mnemovault.pii.detect import Detector
-from mnemovault.pii.vault import PiiVault
+from mnemovault.pii.vault import PiiVault, embedding_view
 from mnemovault.recall.ranking import FusionWeights
 from mnemovault.store import pii as pii_store
 from mnemovault.store.db import Database
@@ -31,20 +32,34 @@ log = logging.getLogger(__name__)
 @dataclass
 class Runtime:
     """The shared machinery of one open service. Fields may be replaced (a test double for
-    ``llm``, other fusion ``weights`` in a benchmark)."""
+    ``llm``, other fusion ``weights`` in a benchmark).
+
+    ``embedder`` always reads the database's *text view* (``text_view``: ``"kinds"``, each
+    placeholder as its kind word, or the legacy ``"placeholders"``): whatever embedder is
+    given or assigned later is wrapped in a :class:`~mnemovault.embed.view.ViewEmbedder`,
+    the one choke point between stored text and the embedder. Without ``text_view`` it is
+    the given embedder's (already wrapped) view, else the database's recorded one."""
 
     db: Database
     embedder: Embedder
     settings: Settings
     keyring: KeyRing
+    text_view: str | None = None
     pii: PiiVault = field(init=False)
     detectors: list[Detector] = field(init=False)
     weights: FusionWeights = field(init=False)
     audit: AuditService = field(init=False)
     _llm: ChatProvider | None = field(default=None, init=False, repr=False)
 
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "embedder" and self.__dict__.get("text_view") is not None:
+            value = view_embedder(value, self.__dict__["text_view"])  # type: ignore[arg-type]
+        object.__setattr__(self, name, value)
+
     def __post_init__(self) -> None:
         s = self.settings
+        self.text_view = resolve_text_view(self.db, self.embedder, s, self.text_view)
+        self.embedder = self.embedder  # through __setattr__: wrapped in the view
         self.pii = PiiVault(self.keyring)
         self.detectors = default_detectors(s)
         self.audit = setup_audit(self.db, s)
@@ -86,13 +101,40 @@ class Runtime:
         dim = embedder.dimension
         if migrate:
             db.upgrade(dim)
-        db.check_embedder(embedder.model, dim)
+        view = db.check_embedder(embedder.model, dim, settings.embed_text_view)
         keyring = load_keyring(settings)
         check_keyring(db, keyring)
         db.open()
         if not settings.pii_pseudonymize:
             log.warning("PII_PSEUDONYMIZE=false: personal values are stored as written")
-        return cls(db, embedder, settings, keyring)
+        return cls(db, embedder, settings, keyring, text_view=view)
+
+
+def view_embedder(embedder: Embedder, view: str) -> ViewEmbedder:
+    """``embedder`` (unwrapped if it is a view already) reading the ``view`` of each text."""
+    while isinstance(embedder, ViewEmbedder):
+        embedder = embedder.inner
+    return ViewEmbedder(embedder, view, embedding_view if view == "kinds" else None)
+
+
+def resolve_text_view(db: Database, embedder: Embedder, settings: Settings,
+                      given: str | None) -> str:
+    """The text view: ``given``, else that of an embedder wrapped already (a runtime made
+    from another's parts), else the database's (:meth:`Database.check_embedder`, which
+    records ``"kinds"`` for a new one).
+
+    Raises:
+        ConfigError: ``MNEMOVAULT_EMBED_TEXT_VIEW`` names another view (field
+            ``embed_text_view``).
+    """
+    view = given or (embedder.view if isinstance(embedder, ViewEmbedder) else None)
+    if view is None:
+        return db.check_embedder(embedder.model, embedder.dimension, settings.embed_text_view)
+    if settings.embed_text_view is not None and settings.embed_text_view != view:
+        raise ConfigError(
+            f"embed_text_view: this database's vectors were made from the {view!r} view of "
+            f"its texts, not {settings.embed_text_view!r}", field="embed_text_view")
+    return view
 
 
 def setup_audit(db: Database, settings: Settings) -> AuditService:

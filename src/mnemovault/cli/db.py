@@ -24,7 +24,8 @@ def db_upgrade(ctx: typer.Context,
         db = Database.from_settings(settings)
         embedder = make_embedder(settings)
         before, after = db.upgrade(embedder.dimension)
-        db.check_embedder(embedder.model, embedder.dimension)
+        db.check_embedder(embedder.model, embedder.dimension,
+                          text_view=settings.embed_text_view)
     except MnemoError as exc:
         _fail(exc)
         return

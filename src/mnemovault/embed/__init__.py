@@ -54,5 +54,9 @@ def make_embedder(settings: Settings) -> LazyEmbedder:
 def preload(embedder: Embedder) -> None:
     """Load a lazy embedder's model now (a server does at start, so its first request is
     not the slow one); any other embedder is left as it is."""
+    from mnemovault.embed.view import ViewEmbedder
+
+    while isinstance(embedder, ViewEmbedder):
+        embedder = embedder.inner
     if isinstance(embedder, LazyEmbedder):
         embedder.load()

@@ -238,19 +238,26 @@ class Database:
             return False
 
     # -- embedder identity --------------------------------------------------------------
-    def check_embedder(self, model: str, dimension: int) -> None:
-        """Record the embedder on first use; refuse a different one afterwards.
+    def check_embedder(self, model: str, dimension: int,
+                       text_view: str | None = None) -> str:
+        """Record the embedder on first use; refuse a different one afterwards. Returns the
+        database's *text view* (what its vectors were made from): ``"kinds"`` (each
+        placeholder as its kind word), recorded for every new database (or ``text_view``
+        if given), or ``"placeholders"`` for a record made before views were recorded.
 
         Raises:
-            ConfigError: the database was built with another model or dimension.
+            ConfigError: the database was built with another model or dimension, or
+                ``text_view`` is given and differs from the database's (field
+                ``embed_text_view``).
         """
         from psycopg.types.json import Jsonb
 
+        record = {"model": model, "dimension": dimension, "text_view": text_view or "kinds"}
         with owner_connection(self.url, autocommit=True) as conn:
             conn.execute(
                 "INSERT INTO mv_meta (key, value) VALUES ('embedder', %s) "
                 "ON CONFLICT (key) DO NOTHING",
-                (Jsonb({"model": model, "dimension": dimension}),),
+                (Jsonb(record),),
             )
             row = conn.execute("SELECT value FROM mv_meta WHERE key = 'embedder'").fetchone()
             col = conn.execute(
@@ -270,6 +277,14 @@ class Database:
                 f"embedder: the memories.embedding column has dimension {col[0]}, "
                 f"the embedder gives {dimension}"
             )
+        view = str(stored.get("text_view", "placeholders"))
+        if text_view is not None and text_view != view:
+            raise ConfigError(
+                f"embed_text_view: this database's vectors were made from the "
+                f"{view!r} view of its texts; MNEMOVAULT_EMBED_TEXT_VIEW={text_view!r} "
+                "would embed queries and new memories another way. Unset it (the database's "
+                "view is used), or use a new database.", field="embed_text_view")
+        return view
 
     # -- application pool -----------------------------------------------------------------
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
