@@ -42,7 +42,7 @@ from fastapi.testclient import TestClient
 
 from mnemovault.api import create_app
 from mnemovault.auth import Principal
-from mnemovault.errors import NotFound, Refused
+from mnemovault.errors import Forbidden, NotFound, Refused
 from mnemovault.store.db import owner_connection
 from mnemovault.vault import MemoryVault
 from tests.subjects_world import build, counts, tenant_tables
@@ -676,3 +676,31 @@ def test_a_purged_tenant_restored_from_a_backup_is_purged_again(vault: MemoryVau
         row = conn.execute("SELECT deleted_at FROM tenants WHERE tenant_id = %s",
                            (tenant,)).fetchone()
     assert row is not None and row[0] is None
+
+
+# =========================================================================================
+# Found by tests/test_properties_session.py (narrowed keys under the subject listing)
+# =========================================================================================
+def test_a_key_limited_to_a_subject_accepts_that_subject_as_written_at_creation(
+        vault: MemoryVault, tenant: str) -> None:
+    """The vault first saw the email subject as ``Cy@Example.org``; a key created for
+    ``cy@example.org`` (the same value: one placeholder, and the owner's listing of
+    ``cy@example.org`` finds the memory) must list, write and erase ``cy@example.org``.
+    Was: the key authenticates with ``subject == "Cy@Example.org"`` (the vault's stored
+    written form, revealed) and ``Principal.check_subject`` compared raw strings, so all
+    three raised Forbidden; now a form that pseudonymises to the key's stored limit
+    matches (``Principal.same``, set by ``keys.authenticate``)."""
+    who = vault.principal(tenant)
+    mine = vault.remember("a note", scope="s", subject="Cy@Example.org", principal=who)
+    assert [m.id for m in vault.subjects.list("cy@example.org", scope="s",
+                                              principal=who).items] == [mine.id]
+    key = _limited(vault, tenant, "admin", scope="s", subject="cy@example.org")
+    page = vault.subjects.list("cy@example.org", scope="s", principal=key)
+    assert [m.id for m in page.items] == [mine.id]
+    more = vault.remember("another", scope="s", subject="CY@example.ORG", principal=key)
+    with pytest.raises(Forbidden):  # another subject is still outside the key
+        vault.subjects.list("dee@example.org", scope="s", principal=key)
+    with pytest.raises(Forbidden):
+        vault.remember("x", scope="s", subject="Cy", principal=key)
+    er = vault.subjects.erase("cy@example.org", scope="s", principal=key)
+    assert sorted(er.deleted) == sorted([mine.id, more.id])

@@ -12,6 +12,7 @@ import hashlib
 import re
 import secrets
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -62,6 +63,10 @@ class Principal:
     subject: str | None = None
     agent: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    # ``same(limit, value)``: whether ``value`` names the same stored scope or subject as
+    # the key's limit written another way (one vault value: ``Cy@Example.org`` and
+    # ``cy@example.org``); set by :func:`mnemovault.keys.authenticate`
+    same: Callable[[str, str], bool] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def local(cls, tenant: str, role: Role = "owner", agent: str | None = None) -> Principal:
@@ -87,14 +92,16 @@ class Principal:
 
     def check_scope(self, scope: str | None) -> None:
         """Raise :class:`Forbidden` if this key is limited to another scope."""
-        if self.scope is not None and scope is not None and scope != self.scope:
+        if (self.scope is not None and scope is not None and scope != self.scope
+                and not (self.same is not None and self.same("scope", scope))):
             raise Forbidden(
                 "scope: this key is limited to one scope", permission="scope", field="scope"
             )
 
     def check_subject(self, subject: str | None) -> None:
         """Raise :class:`Forbidden` if this key is limited to another subject."""
-        if self.subject is not None and subject is not None and subject != self.subject:
+        if (self.subject is not None and subject is not None and subject != self.subject
+                and not (self.same is not None and self.same("subject", subject))):
             raise Forbidden("subject: this key is limited to one subject",
                             permission="subject", field="subject")
 
