@@ -169,16 +169,19 @@ def authenticate(rt: Runtime, token: str, *, allow_deleted: bool = False) -> Pri
         values = _limit_values(rt, conn, tenant, [row])
     scope, subject = (_limit(v, values) for v in (row["scope"], row["subject_id"]))
     stored = {"scope": row["scope"], "subject": row["subject_id"]}
+    unusable = {"scope": scope == _UNUSABLE, "subject": subject == _UNUSABLE}
+    seen: dict[tuple[str, str], bool] = {}  # one lookup per form, however many items
 
     def same(limit: str, value: str) -> bool:
         """``value`` pseudonymises to the key's stored limit (another written form of one
         vault value); lookups only."""
-        if not rt.settings.pii_pseudonymize or stored.get(limit) is None or \
-                (limit == "scope" and scope == _UNUSABLE) or \
-                (limit == "subject" and subject == _UNUSABLE):
+        if not rt.settings.pii_pseudonymize or stored.get(limit) is None or unusable[limit]:
             return False
-        with rt.db.transaction(tenant) as conn:
-            return pii.Translator(rt, conn, tenant, names=True)(value) == stored[limit]
+        if (limit, value) not in seen:
+            with rt.db.transaction(tenant) as conn:
+                seen[(limit, value)] = (
+                    pii.Translator(rt, conn, tenant, names=True)(value) == stored[limit])
+        return seen[(limit, value)]
 
     return Principal(tenant=tenant, role=row["role"], permissions=_effective(row),
                      key_id=str(key_id), scope=scope, subject=subject, same=same)
