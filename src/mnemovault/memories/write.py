@@ -28,6 +28,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from pydantic import ValidationError as PydanticValidationError
 
+from mnemovault import visibility
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
 from mnemovault.errors import Conflict, ValidationError
@@ -197,14 +198,21 @@ def pseudonymise(rt: Runtime, conn: Conn, items: list[MemoryInput],
                  who: Principal) -> list[Prepared]:
     """Step 4 (SPEC section 3): every free-text field (content, scope, subject, key, tags,
     provenance values) is rewritten with placeholders; caller-named entities go into the
-    vault first, so they are recognised in this batch too. Runs in the write transaction,
-    so new vault entries commit or roll back with the memories. The whole batch is one
+    vault first, so they are recognised in this batch too. A key limited to a scope or
+    subject recognises only the known values used within its limits (and those it names),
+    and its receipts list as created every placeholder no record within its limits used
+    before (:mod:`mnemovault.visibility`, "known values for limited keys"). Runs in the
+    write transaction, so new vault entries commit or roll back with the memories. The
+    whole batch is one
     :meth:`~mnemovault.pii.pseudonymise.Pseudonymiser.rewrite_many` (one lookup and one
     insert statement for all its values, not one per value), with the outcome of
     registering the entities and then rewriting each field of each item in turn."""
     if not rt.settings.pii_pseudonymize:
         return [Prepared(item=i, content=i.content, placeholders=[]) for i in items]
-    ps = pii.pseudonymiser(rt, conn, who.tenant)
+    view = visibility.view(rt, conn, who)
+    known = (view.known_index(rt.pii.tenant_keys(conn, who.tenant).fingerprint_key)
+             if who.limited else None)
+    ps = pii.pseudonymiser(rt, conn, who.tenant, known=known)
     # the caller-named entities (each (kind, value) once, by the first item naming it), then
     # every free-text field of every item in order: one rewrite_many for the whole batch
     entities: dict[tuple[str, str], int] = {}  # (kind, value) -> the item naming it first
@@ -249,6 +257,11 @@ def pseudonymise(rt: Runtime, conn: Conn, items: list[MemoryInput],
             "scope": scope, "subject": subject, "key": key,
             "provenance": Provenance.model_validate(prov), "entities": []})
         out.append(Prepared(item=rewritten, content=content or "", placeholders=new, used=used))
+    if who.limited:  # the receipt never tells a value outside the limits existed
+        before = view.used_within(p for o in out for p in o.used)
+        for o in out:
+            o.placeholders = list(dict.fromkeys(
+                [*o.placeholders, *(p for p in o.used if p not in before)]))
     return out
 
 
@@ -311,7 +324,8 @@ def _index(rt: Runtime, conn: Conn, tenant: str, prepared: list[Prepared],
     plain = not rt.settings.pii_pseudonymize
     graph.index(conn, tenant, [
         graph.mentions(r.id, _stored_texts(p),
-                       [(e.kind, e.value) for e in p.item.entities] if plain else [])
+                       [(e.kind, e.value) for e in p.item.entities] if plain else [],
+                       carried=p.used)
         for p, r in zip(prepared, receipts, strict=True)])
     # The nodes are locked now, so a forget that could shred one of these values has
     # either committed (seen here) or will see this write's support and keep it.

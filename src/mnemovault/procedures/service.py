@@ -60,6 +60,7 @@ import psycopg
 from pydantic import ValidationError as PydanticValidationError
 
 from mnemovault import validation as checked
+from mnemovault import visibility
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
 from mnemovault.errors import Conflict, NotFound, Unavailable, ValidationError
@@ -195,7 +196,7 @@ def _index(rt: Runtime, conn: Conn, tenant: str, memory_id: uuid.UUID, w: _Write
            texts: Sequence[str | None]) -> None:
     """Graph support of ``memory_id`` for every placeholder in ``texts``; refuses (a
     retryable Conflict) when a value used was shredded concurrently."""
-    graph.index(conn, tenant, [graph.mentions(memory_id, texts)])
+    graph.index(conn, tenant, [graph.mentions(memory_id, texts, carried=w.used)])
     if w.used and rt.pii.erased_placeholders(conn, w.used):
         raise Conflict("content: a personal value in it was erased concurrently; retrying "
                        "is safe", field="content")
@@ -349,11 +350,12 @@ def get(rt: Runtime, who: Principal, procedure_id: uuid.UUID | str, *,
     w = ranking.Weights.from_settings(rt.settings)
     with rt.db.transaction(who.tenant) as conn:
         row = store.get(conn, who.tenant, pid)
-        if row is None or not pii.within_limits(rt, conn, who, row):
+        v = visibility.view(rt, conn, who)
+        if row is None or not v.sees(row):  # a pending procedure: reviewers only
             raise NotFound("id: no procedure with this id", field="id")
         proc = render_procedures(rt, conn, [row], w)[0]
         if runs:  # a subject-limited key sees only its subject's runs (as ``feedback``)
-            limit_subject = pii.stored_limits(rt, conn, who)[1] if who.limited else None
+            limit_subject = v.subject
             proc.recent_runs = render_runs(rt, conn, store.recent_runs(
                 conn, who.tenant, pid, runs, subject=limit_subject))
     return proc

@@ -39,6 +39,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from mnemovault import visibility
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
 from mnemovault.errors import Conflict, NotFound, ValidationError
@@ -51,8 +52,13 @@ from mnemovault.runtime import Runtime
 from mnemovault.store import ledger as ledger_store
 from mnemovault.store import review as review_store
 from mnemovault.store import subjects as subject_store
+from mnemovault.store import visibility as visibility_store
 from mnemovault.subjects.models import Rectified
 from mnemovault.validation import parse_id, text_rule
+
+
+def _placeholders(text: str | None) -> list[str]:
+    return [m.group(0) for m in PLACEHOLDER_RE.finditer(text or "")]
 
 
 def _texts(row: dict[str, Any]) -> list[str | None]:
@@ -89,7 +95,7 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
     held = capture_guard.initial_status(rt) == "pending_review"
     with rt.db.transaction(who.tenant) as conn:
         row = subject_store.rows(conn, who.tenant, [mid])
-        if not row or not pii.within_limits(rt, conn, who, row[0]):
+        if not row or not visibility.view(rt, conn, who).within(row[0]):
             raise NotFound("id: no memory with this id", field="id")
         # the subject's write lock before the row lock: an erase holding the row fails us
         # at once instead of making us wait for it
@@ -106,6 +112,9 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
             text, created, used = r.text, list(r.created), list(r.placeholders)
         vector = rt.embedder.embed([text])[0]
         old_nodes, old_edges = graph.supported_by(conn, [mid])
+        # the other fields keep what they carried; the new content carries what the
+        # detectors found in it (a placeholder typed into it is quoted: visibility)
+        kept = visibility_store.carried_by(conn, who.tenant, mid)
         graph.delete_support(conn, [mid])
         new = subject_store.replace_content(conn, who.tenant, mid, text, vector,
                                             datetime.now(UTC))
@@ -113,7 +122,8 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
         if held and status == "active":  # the review gate holds the new content
             review_store.hold(conn, who.tenant, [mid])
             status = "pending_review"
-        graph.index(conn, who.tenant, [graph.mentions(mid, _texts(new))])
+        graph.index(conn, who.tenant, [graph.mentions(mid, _texts(new), carried={
+            *used, *(p for t in _texts(new)[1:] for p in _placeholders(t) if p in kept)})])
         if rt.pii.erased_placeholders(conn, used):
             raise Conflict("content: a personal value in it was erased concurrently; "
                            "retrying is safe", field="content")
