@@ -401,6 +401,13 @@ def test_procedures_and_rectifications_name_their_capturer(
     with pytest.raises(Forbidden):  # the rectifier captured the new text
         vault.review.approve(m.id, principal=writer)
     assert vault.review.approve(m.id, principal=other).status == "active"
+    # a pending item that is rectified names the rectifier from then on
+    pending = vault.remember("The hull of the Bea is red.", scope="s", principal=other)
+    vault.subjects.rectify(pending.id, "The hull of the Bea is grey.", principal=writer)
+    assert row_of(vault, tenant, pending.id)["provenance"]["captured_by"] == (
+        f"key:{writer_id}")
+    with pytest.raises(Forbidden):
+        vault.review.approve(pending.id, principal=writer)
 
 
 def test_the_queue_is_oldest_first_keyset_paged(vault: MemoryVault, tenant: str,
