@@ -195,6 +195,8 @@ TABLE: dict[tuple[str, str], list[Access]] = {
     ("POST", "/v1/keys"): [Access(("keys:manage",), lambda w: Request(
         json={"role": "service"}))],
     ("GET", "/v1/keys"): [Access(("keys:manage",), lambda w: Request(params={"limit": 1}))],
+    ("GET", "/v1/keys/{key_id}"): [Access(("keys:manage",), lambda w: Request(
+        path_params={"key_id": _new_key_id(w)}))],
     ("DELETE", "/v1/keys/{key_id}"): [Access(("keys:manage",), lambda w: Request(
         path_params={"key_id": _new_key_id(w)}))],
     ("POST", "/v1/chat"): [
