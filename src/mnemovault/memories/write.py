@@ -272,32 +272,42 @@ def embed(rt: Runtime, prepared: list[Prepared]) -> Any:
 
 def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: Principal,
           request_id: str | None, trigger: str) -> list[Receipt]:
-    """Step 6: the memories (superseding live versions of their keys), their lineage and
-    graph entries, and the ``REMEMBER`` audit row, in the caller's transaction."""
+    """Step 6: the memories (new versions of their keys: :func:`_next_version`), their
+    lineage and graph entries, and the ``REMEMBER`` audit row, in the caller's transaction.
+
+    Under the review gate (``REQUIRE_REVIEW=true``) every item is held as
+    ``pending_review`` with ``provenance.captured_by`` = the writing actor
+    (:func:`mnemovault.store.review.hold`), and a keyed item does not supersede its key's
+    ``active`` version: that stays recalled until the new one is approved
+    (:mod:`mnemovault.governance.review`). A receipt's ``superseded`` is the row this write
+    retired now: without the gate the key's previous live version; under it only a pending
+    version it displaced (None when the key's approved version simply stays)."""
     lineage.check_sources(conn, [(p.item.scope, p.item.derived_from) for p in prepared])
     now = datetime.now(UTC)
+    held = capture.initial_status(rt) == "pending_review"  # the review gate (REQUIRE_REVIEW)
     receipts: list[Receipt] = []
     rows = []
+    displaced = 0
     for p, vec in zip(prepared, vectors, strict=True):
         mid = uuid7()
-        parent, version = None, 1
+        parent, version, superseded = None, 1, None
         if p.item.key is not None:
-            old = store_memories.supersede(conn, who.tenant, p.item.scope, p.item.key, now)
-            if old is not None:
-                parent, version = old[0], old[1] + 1
+            parent, version, superseded = _next_version(conn, who.tenant, p.item.scope,
+                                                        p.item.key, now, held)
+            displaced += held and superseded is not None
         row = (who.tenant, mid, p.item.scope, p.item.subject, p.item.type, p.content,
                p.item.key, vec, p.item.created_at or now, now,
                Jsonb(p.item.provenance.model_dump(exclude_none=True)), parent, version)
-        if p.item.key is not None:
-            store_memories.insert(conn, [row])  # before the next item may supersede it
+        if p.item.key is not None:  # before the next item may supersede it
+            (store_review.insert_held if held else store_memories.insert)(conn, [row])
         else:
             rows.append(row)
         receipts.append(Receipt(id=mid, scope=p.item.scope, version=version,
-                                superseded=parent, placeholders=p.placeholders, audit_seq=0))
+                                superseded=superseded, placeholders=p.placeholders,
+                                audit_seq=0))
     store_memories.insert_many(conn, rows)  # one statement: its triggers run once
-    held = capture.initial_status(rt) == "pending_review"  # the review gate (REQUIRE_REVIEW)
     if held:
-        store_review.hold(conn, who.tenant, [r.id for r in receipts])
+        store_review.hold(conn, who.tenant, [r.id for r in receipts], captured_by=who.actor)
     _index(rt, conn, who.tenant, prepared, receipts)
     seq = audit.append(
         conn, tenant=who.tenant, operation="REMEMBER", actor=who.actor, agent=who.agent,
@@ -305,13 +315,34 @@ def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: 
         details={"count": len(receipts),
                  "superseded": sum(1 for r in receipts if r.superseded),
                  "placeholders_created": sorted({p for r in receipts for p in r.placeholders}),
-                 **({"status": "pending_review"} if held else {})},
+                 **({"status": "pending_review", "displaced": displaced} if held else {})},
     )
     for r in receipts:
         r.audit_seq = seq
         if held:
             r.status = "pending_review"
     return receipts
+
+
+def _next_version(conn: Conn, tenant: str, scope: str, key: str, now: datetime,
+                  held: bool) -> tuple[uuid.UUID | None, int, uuid.UUID | None]:
+    """Where a new version of ``key`` in ``scope`` goes: (``parent_id``, ``version``, the
+    row retired now). ``version`` is one more than the key's highest (rejected and
+    displaced versions count, so numbers are never reused); the parent is the key's
+    ``active`` version, else its pending one. A pending version of the key is displaced
+    (``superseded``, ``provenance.review = "displaced"``): the key waits on one
+    proposal, the newest. Without the gate (``held`` False) the active version is
+    superseded too; under it the active version stays."""
+    active, pending, top = store_review.key_versions(conn, tenant, scope, key)
+    parent = active or pending
+    retired = None
+    if pending is not None:
+        store_review.displace(conn, tenant, pending["id"], now)
+        retired = pending["id"]
+    if active is not None and not held:
+        store_memories.supersede(conn, tenant, scope, key, now)
+        retired = active["id"]
+    return (parent["id"] if parent else None), top + 1, retired
 
 
 def _index(rt: Runtime, conn: Conn, tenant: str, prepared: list[Prepared],

@@ -17,13 +17,14 @@ Each operation is one transaction with its audit row: ``PROCEDURE_CAPTURE``,
 the ``FORGET`` row of a prune that deletes). Every capture (procedure, version, run)
 passes the capture guard first (:func:`mnemovault.guard.capture.check_capture`, paths
 ``procedure`` and ``run``) and takes the review gate's initial status
-(:func:`mnemovault.guard.capture.initial_status`). The guard scans every string that is
-stored, as the memory write path does: the question (embedded), name, intent, scope and
-subject, every string of the steps graph (node ids, tools, argument names, labels, edge
-ends and conditions) and every provenance string (source, agent, run_id, source_id,
-tags and extra keys' string values); for a run, its evaluator name, subject and every
-provenance string. (Procedure versions keep the parent's scope and subject, which were
-scanned when it was captured.)
+(:func:`mnemovault.guard.capture.initial_status`; a held one records its capturer in
+``provenance.captured_by``, who may not approve it: :mod:`mnemovault.governance.review`).
+The guard scans every string that is stored, as the memory write path does: the question
+(embedded), name, intent, scope and subject, every string of the steps graph (node ids,
+tools, argument names, labels, edge ends and conditions) and every provenance string
+(source, agent, run_id, source_id, tags and extra keys' string values); for a run, its
+evaluator name, subject and every provenance string. (Procedure versions keep the
+parent's scope and subject, which were scanned when it was captured.)
 
 Verdicts and counters
     A run carries the agent's verdict, an evaluator's (name, verdict, score) and, after
@@ -92,6 +93,7 @@ from mnemovault.procedures.render import render_procedures, render_runs
 from mnemovault.runtime import Runtime
 from mnemovault.store import memories as memory_store
 from mnemovault.store import procedures as store
+from mnemovault.store import review as review_store
 from mnemovault.store import tenants as store_tenants
 from mnemovault.store.db import tenant_of
 from mnemovault.validation import parse_id, validation_error_from_pydantic
@@ -242,6 +244,8 @@ def capture(rt: Runtime, who: Principal, item: ProcedureInput | dict[str, Any], 
         s_name, s_intent = w(name) or name, w(intent) or intent
         scope, s_subject = w(p.scope) or p.scope, w(subject)
         s_steps, prov = w.steps(p.steps), w.provenance(p.provenance)
+        if status == "pending_review":  # the capturer, for the separation of duties
+            prov = {**prov, **review_store.held_provenance(who.actor)}
         vec = rt.embedder.embed([w.query(p.question)])[0]
         content = _content(s_name, s_intent)
         store.insert(conn, tenant=who.tenant, memory_id=mid, scope=scope, subject=s_subject,
@@ -298,6 +302,8 @@ def new_version(rt: Runtime, who: Principal, parent_id: uuid.UUID | str,
         s_name = w(name) or name
         s_intent = (w(intent) or intent) if intent is not None else parent["intent"]
         s_steps, prov = w.steps(v.steps), w.provenance(v.provenance)
+        if status == "pending_review":  # the capturer, for the separation of duties
+            prov = {**prov, **review_store.held_provenance(who.actor)}
         vec = rt.embedder.embed([w.query(v.question)])[0] if v.question else None
         content = _content(s_name, s_intent)
         superseded = None
