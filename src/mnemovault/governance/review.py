@@ -64,6 +64,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from mnemovault import validation as checked
+from mnemovault import visibility
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
 from mnemovault.errors import Conflict, Forbidden, NotFound, ValidationError
@@ -116,8 +117,8 @@ def queue(rt: Runtime, who: Principal, *, scope: str | None = None, limit: int =
         tr = pii.Translator(rt, conn, who.tenant)
         rows = store.pending(conn, who.tenant, scope=tr(scope), subject=tr(who.subject),
                              cursor=after, limit=limit + 1)
-        items = pii.render(rt, conn, who, [Memory.from_row(r) for r in rows[:limit]],
-                           reveal=False)
+        items = visibility.view(rt, conn, who, "review", tr=tr).render(
+            [Memory.from_row(r) for r in rows[:limit]])
     return Page(items=items, next_cursor=items[-1].id if len(rows) > limit else None)
 
 
@@ -133,7 +134,7 @@ def _comment(rt: Runtime, who: Principal, comment: str | None,
 
 def _pending_row(rt: Runtime, conn: Any, who: Principal, mid: uuid.UUID) -> dict[str, Any]:
     row = store.lock(conn, who.tenant, mid)
-    if row is None or not pii.within_limits(rt, conn, who, row):
+    if row is None or not visibility.view(rt, conn, who).within(row):
         raise NotFound("id: no memory with this id", field="id")
     if row["status"] != "pending_review":
         raise Conflict(f"id: this memory is not pending review (status {row['status']}); "

@@ -289,7 +289,7 @@ def new_version(rt: Runtime, who: Principal, parent_id: uuid.UUID | str,
     mid = uuid7()
     with rt.db.transaction(who.tenant) as conn:
         parent = store.lock(conn, who.tenant, pid)
-        if parent is None or not pii.within_limits(rt, conn, who, parent):
+        if parent is None or not visibility.view(rt, conn, who).within(parent):
             raise NotFound("id: no procedure with this id", field="id")
         if parent["status"] == "superseded":
             raise Conflict("id: this procedure is superseded; make a version of its newest "
@@ -451,7 +451,7 @@ def record_run(rt: Runtime, who: Principal, procedure_id: uuid.UUID | str,
                                         **_provenance_fields(run.provenance)})
     with rt.db.transaction(who.tenant) as conn:
         row = store.get(conn, who.tenant, pid)
-        if row is None or not pii.within_limits(rt, conn, who, row):
+        if row is None or not visibility.view(rt, conn, who).within(row):
             raise NotFound("id: no procedure with this id", field="id")
     judgement = _judge(rt, who, run, Steps(**row["steps"]), evaluator)
     ev_name, ev_verdict, score = run.evaluator, run.evaluator_verdict, run.score
@@ -512,7 +512,7 @@ def feedback(rt: Runtime, who: Principal, run_id: uuid.UUID | str,
     now = datetime.now(UTC)
     with rt.db.transaction(who.tenant) as conn:
         old = store.lock_run(conn, who.tenant, rid)
-        if old is None or not pii.within_limits(rt, conn, who, old):
+        if old is None or not visibility.view(rt, conn, who).within(old):
             raise NotFound("run_id: no run with this id", field="run_id")
         new = store.set_feedback(
             conn, who.tenant, rid, scores={"accuracy": fb.accuracy, "efficiency": fb.efficiency,
