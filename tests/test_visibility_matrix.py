@@ -456,15 +456,16 @@ def expect(p: Path, rec: Rec, c: Caller) -> Expect:
                  "subject": True}[p.purpose]
     text = (has and within and status_ok and (p.archived or not rec.archived)
             and (p.statuses is None or rec.status in p.statuses) and rec.kind in p.kinds)
+    # a limited key's values: those a record it may see within its limits carries
+    carried = within and (p.purpose == "subject" or rec.status in READ_STATUSES)
     revealable = (p.reveal and has and "pii:reveal" in c.perms and live
-                  and rec.email is not None
-                  and (not c.limited or (within and (p.purpose == "subject"
-                                                     or rec.status in READ_STATUSES))))
+                  and rec.email is not None and (not c.limited or carried))
     if p.output == "preview":
         listed = has and within and rec.kind in p.kinds
-    elif p.output == "entries":  # an entry outlives its records (shredded) for unlimited keys
+    elif p.output == "entries":  # shown to a limited key only if it could reveal it;
+        # to an unlimited key every entry of its tenant (shredded ones as metadata)
         listed = (has and rec.tenant == "main" and rec.email is not None
-                  and (within if c.limited else True))
+                  and (carried if c.limited else True))
     else:
         listed = text
     value = revealable and {"text": text, "preview": text, "ids": False,
