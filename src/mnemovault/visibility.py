@@ -43,6 +43,12 @@ An erased record no longer exists: every path finds nothing.
 
 Shredded values show ``[erased]`` to every caller (SPEC section 3).
 
+**Vault entries.** A vault entry (its placeholder, kind and dates) is shown to a limited key
+only when that key could reveal it (:meth:`View.entries_shown`: a record it may see carries
+the value), with or without ``pii:reveal``; an entry that records within its limits only
+quote is "not found", exactly like a placeholder no value has, so quoting a placeholder
+never confirms that its value exists (the vault listing, one entry, the subject export).
+
 **Act.** Changing a record (forget, pin, rectify, review decisions, erase) needs the
 operation's permission and a record within the limits. Forget and pin act on any status
 (a writer may withdraw its own pending write); their previews show a record the caller may
@@ -158,14 +164,32 @@ class View:
         none without ``pii:reveal``; all for an unlimited key; for a limited key those a
         record it may see carries (a record the ``read`` view sees; in a ``subject`` view,
         any record of the subject within the limits)."""
-        wanted = sorted(set(placeholders))
-        if "pii:reveal" not in self.who.permissions or not wanted:
+        if "pii:reveal" not in self.who.permissions:
             return set()
-        if not self.who.limited:
+        return self.entries_shown(placeholders)
+
+    def entries_shown(self, placeholders: Iterable[str]) -> set[str]:
+        """Those of ``placeholders`` whose vault entry this view shows (module docstring,
+        "vault entries"): all for an unlimited key; for a limited key those a record it
+        may see carries (:meth:`revealable`'s rule, without ``pii:reveal``)."""
+        wanted = sorted(set(placeholders))
+        if not self.who.limited or not wanted:
             return set(wanted)
-        statuses = None if self.purpose == "subject" else _statuses("read", self.reviewer)
         return store.carried(self.conn, self.who.tenant, wanted, scope=self.scope,
-                             subject=self.subject, statuses=statuses)
+                             subject=self.subject, statuses=self._carriers)
+
+    def entry_page(self, *, after: str, limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` vault entries this view shows (:meth:`entries_shown`), by
+        placeholder after ``after``: metadata only."""
+        return store.entries(self.conn, self.who.tenant, after=after, limit=limit,
+                             limited=self.who.limited, scope=self.scope,
+                             subject=self.subject, statuses=self._carriers)
+
+    @property
+    def _carriers(self) -> tuple[str, ...] | None:
+        """The statuses of the records whose carried values a limited key may reveal: those
+        the ``read`` view sees (a ``subject`` view: every status)."""
+        return None if self.purpose == "subject" else _statuses("read", self.reviewer)
 
     def outputs(self, placeholders: Iterable[str], *, reveal: bool,
                 request_id: str | None = None, trigger: str | None = None,

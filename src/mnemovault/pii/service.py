@@ -113,15 +113,14 @@ def entries(rt: Runtime, who: Principal, *, limit: int = 50,
             cursor: str | None = None) -> list[dict[str, Any]]:
     """Vault entries, metadata only (placeholder, kind, created, shredded), ordered by
     placeholder; ``cursor`` = the last placeholder seen. Needs ``memory:read``. A key
-    limited to a scope or subject sees the entries its memories use."""
+    limited to a scope or subject sees the entries records it may see carry
+    (:meth:`mnemovault.visibility.View.entry_page`)."""
     who.require("memory:read")
     if not isinstance(limit, int) or not 1 <= limit <= 100:
         raise ValidationError("limit: must be an integer in 1..100", field="limit")
     after = checked.optional_name(cursor, "cursor", max_len=MAX_PLACEHOLDER_CHARS) or ""
     with rt.db.transaction(who.tenant) as conn:
-        scope, subject = stored_limits(rt, conn, who)
-        return store.entries(conn, who.tenant, after=after, limit=limit, limited=who.limited,
-                             scope=scope, subject=subject)
+        return visibility.view(rt, conn, who).entry_page(after=after, limit=limit)
 
 
 def entry(rt: Runtime, who: Principal, placeholder: str, *, reveal: bool = False,
@@ -132,8 +131,8 @@ def entry(rt: Runtime, who: Principal, placeholder: str, *, reveal: bool = False
     comes without a value, as for a caller who did not ask.
 
     Raises:
-        NotFound: no such placeholder in this tenant (or, for a limited key, no record
-            within its limits uses it).
+        NotFound: no such placeholder in this tenant (or, for a limited key, no record it
+            may see carries it: :meth:`mnemovault.visibility.View.entries_shown`).
     """
     who.require("memory:read")
     placeholder = checked.name(placeholder, "placeholder", max_len=MAX_PLACEHOLDER_CHARS)
@@ -142,7 +141,7 @@ def entry(rt: Runtime, who: Principal, placeholder: str, *, reveal: bool = False
     with rt.db.transaction(who.tenant) as conn:
         row = store.entry(conn, who.tenant, placeholder)
         v = visibility.view(rt, conn, who)
-        if row is None or placeholder not in v.used_within([placeholder]):
+        if row is None or placeholder not in v.entries_shown([placeholder]):
             raise NotFound("placeholder: no such vault entry", field="placeholder")
         out = dict(row)
         if reveal:
