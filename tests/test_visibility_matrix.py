@@ -879,6 +879,8 @@ HTTP_NO_RECORDS: dict[tuple[str, str], str] = {
     ("GET", "/v1/admin/audit/proof/consistency"): "hashes",
     ("POST", "/v1/keys"): "key metadata and token",
     ("GET", "/v1/keys"): "key metadata",
+    ("GET", "/v1/keys/{key_id}"): "key metadata (limits as placeholders without pii:reveal: "
+                                  "tests/test_keys_admin.py)",
     ("DELETE", "/v1/keys/{key_id}"): "key metadata",
     ("GET", "/v1/models"): "model names (scopes of the key)",
     ("GET", "/v1/models/{model}"): "a model card",
@@ -943,7 +945,8 @@ LIBRARY: dict[str, list[str] | str] = {
     "run_retention": "counts", "run_retention_all": "operator: counts",
     "shred": "placeholders", "rotate_kek": "operator: versions",
     "ensure_tenant": "nothing", "create_key": "token and key id",
-    "authenticate": "a principal", "list_keys": "key metadata", "revoke_key": "key metadata",
+    "authenticate": "a principal", "list_keys": "key metadata", "get_key": "key metadata",
+    "revoke_key": "key metadata",
     "open": "lifecycle", "close": "lifecycle", "principal": "a local principal",
     "health": "service status",
     "procedures": "section", "review": "section", "tenants": "section", "subjects": "section",

@@ -180,10 +180,22 @@ class View:
 
     def entry_page(self, *, after: str, limit: int) -> list[dict[str, Any]]:
         """Up to ``limit`` vault entries this view shows (:meth:`entries_shown`), by
-        placeholder after ``after``: metadata only."""
-        return store.entries(self.conn, self.who.tenant, after=after, limit=limit,
-                             limited=self.who.limited, scope=self.scope,
-                             subject=self.subject, statuses=self._carriers)
+        placeholder after ``after``: metadata only (:meth:`entry_rows`)."""
+        return self.entry_rows(store.entries(
+            self.conn, self.who.tenant, after=after, limit=limit, limited=self.who.limited,
+            scope=self.scope, subject=self.subject, statuses=self._carriers))
+
+    def entry_rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Vault entry metadata as this view shows it: for a limited key, ``created_at`` is
+        when a record it may see first carried the value (the entry's own date would tell
+        that the value was known elsewhere before)."""
+        if not self.who.limited or not rows:
+            return rows
+        first = store.first_carried(self.conn, self.who.tenant,
+                                    [r["placeholder"] for r in rows], scope=self.scope,
+                                    subject=self.subject, statuses=self._carriers)
+        return [{**r, "created_at": first.get(r["placeholder"], r["created_at"])}
+                for r in rows]
 
     @property
     def _carriers(self) -> tuple[str, ...] | None:

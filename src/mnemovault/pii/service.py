@@ -143,7 +143,7 @@ def entry(rt: Runtime, who: Principal, placeholder: str, *, reveal: bool = False
         v = visibility.view(rt, conn, who)
         if row is None or placeholder not in v.entries_shown([placeholder]):
             raise NotFound("placeholder: no such vault entry", field="placeholder")
-        out = dict(row)
+        out = v.entry_rows([dict(row)])[0]
         if reveal:
             shown = v.outputs([placeholder], reveal=True, request_id=request_id,
                               trigger="vault")

@@ -107,3 +107,20 @@ def carried_by(conn: Conn, tenant: str, memory_id: Any) -> set[str]:
     rows = conn.execute("SELECT node_id FROM graph_node_support WHERE tenant_id = %s "
                         "AND memory_id = %s AND NOT quoted", (tenant, memory_id)).fetchall()
     return {r["node_id"] if isinstance(r, dict) else r[0] for r in rows}
+
+
+def first_carried(conn: Conn, tenant: str, placeholders: Sequence[str], *,
+                  scope: str | None, subject: str | None,
+                  statuses: Sequence[str] | None) -> dict[str, Any]:
+    """placeholder -> the creation time of the oldest memory of the view that carries it
+    (as :func:`carried`), for those of ``placeholders`` some memory carries."""
+    if not placeholders:
+        return {}
+    params: dict[str, Any] = {"t": tenant, "ph": list(placeholders)}
+    where = clause(params, scope=scope, subject=subject, statuses=statuses, alias="m.")
+    rows = conn.execute(
+        "SELECT s.node_id, min(m.created_at) AS first FROM graph_node_support s "
+        "JOIN memories m ON m.tenant_id = s.tenant_id AND m.id = s.memory_id "
+        "WHERE s.tenant_id = %(t)s AND m.tenant_id = %(t)s AND s.node_id = ANY(%(ph)s) "
+        f"AND NOT s.quoted{where} GROUP BY s.node_id", params).fetchall()
+    return {r["node_id"]: r["first"] for r in rows}

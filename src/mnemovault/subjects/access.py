@@ -163,7 +163,8 @@ def export(rt: Runtime, who: Principal, subject: str, *, scope: str, reveal: boo
         found |= {m.group(0) for t in (target.scope, target.subject, *_strings([procs, runs]))
                   for m in PLACEHOLDER_RE.finditer(t or "")}
         v = visibility.view(rt, conn, who, "subject", tr=tr)
-        entries = subject_store.vault_entries(conn, who.tenant, sorted(v.entries_shown(found)))
+        entries = v.entry_rows(subject_store.vault_entries(conn, who.tenant,
+                                                           sorted(v.entries_shown(found))))
         # one REVEAL row for the whole document (memories, procedures, runs, entries)
         outputs = v.outputs(found, reveal=reveal, request_id=request_id,
                             memory_ids=[str(i) for i in ids])
