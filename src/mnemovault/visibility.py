@@ -24,6 +24,12 @@ purpose       active  superseded  archived     pending_review  used by
                                                                export and erase
 ============  ======  ==========  ===========  ==============  ===================
 
+The ``recall`` row is also written into the recall SQL itself (``status = 'active'`` in
+:func:`mnemovault.store.search.filter_sql` and the wake/timeline queries of
+:mod:`mnemovault.store.memories`), because the BM25 postings hold only active rows and the
+planner needs the literal to use its indexes; ``tests/test_visibility_matrix.py`` checks
+those paths against this table like every other.
+
 A *reviewer* holds ``review:approve`` (an unlimited admin or owner key, or the local
 operator: limited keys never hold it). The ``subject`` purpose sees every status because a
 data subject's access and erasure reach everything held about them, pending included.
