@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mnemovault.cli import app
-from mnemovault.errors import ValidationError
+from mnemovault.errors import Unavailable, ValidationError
 from mnemovault.guard.normalise import fold, fold_with_offsets
 from mnemovault.guard.sanitise import (
     FAMILIES,
@@ -23,6 +23,7 @@ from mnemovault.guard.sanitise import (
     Hit,
     Sanitiser,
     default_sanitiser,
+    sanitise_items,
     should_sanitise,
 )
 from mnemovault.models import MemoryInput
@@ -325,3 +326,61 @@ def test_the_cli_import_sanitises(tmp_path: Path, data_dir: Path, tenant: str,
     assert items["m1"].provenance[FLAG_KEY] == "ignore_instructions"
     assert items["m2"].content == "The ferry timetable changes in April."
     assert FLAG_KEY not in items["m2"].provenance
+
+
+# -- issue 20: the provenance-source rule, detectors that fail closed, paths that skipped it ----
+@pytest.mark.parametrize("source", [
+    "tool", " tool ", "Tool", "TOOLS", "tools", "tool-output", "tool_outputs", "Tool Output",
+    "tool:web_search", "tool/web_search", "tool.web", "web-tool", "agent:tool:search",
+    "webTool", "ToolOutput", "MCP", "mcp-server", "mcp/github", "import", "imported",
+    "gmail_import", "IMPORTS", "ｔｏｏｌ", "t\u200bool", "tооl",  # fullwidth, zero width, Cyrillic
+])
+def test_variants_of_a_tool_source_are_tool_sources(source: str) -> None:
+    assert should_sanitise(_item(source), "remember"), source
+
+
+@pytest.mark.parametrize("source", ["toolbox", "notes.jsonl", "chat", "important",
+                                    "mail.jsonl", "stool", "tooling", "user", ""])
+def test_other_sources_are_not(source: str) -> None:
+    assert not should_sanitise(_item(source or None), "remember"), source
+
+
+def test_a_padded_plural_source_is_sanitised_on_write(vault: MemoryVault, tenant: str) -> None:
+    who = vault.principal(tenant)
+    [r] = vault.remember_many([{"content": ATTACK, "scope": "web",
+                                "provenance": {"source": " Tool-Outputs "}}], principal=who)
+    m = vault.get(r.id, principal=who)
+    assert m.content == f"Lunch moved to Friday. {REDACTION}"
+    assert m.provenance[FLAG_KEY] == "ignore_instructions"
+
+
+class Misbehaving:
+    def __init__(self, name: str, answer: object) -> None:
+        self.name = name
+        self.answer = answer
+
+    def detect(self, text: str) -> list[Hit]:
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(("answer", "reason"), [
+    (None, "malformed"), ({"start": 0}, "malformed"), ((Hit(0, 1, "x"),), "malformed"),
+    ([(0, 1, "x")], "malformed"), ([Hit(-1, 2, "x")], "malformed"),
+    ([Hit(0, 10_000, "x")], "malformed"), ([Hit(5, 2, "x")], "malformed"),
+    ([Hit(0, 2, "")], "malformed"), ([Hit("0", "2", "x")], "malformed"),  # type: ignore[arg-type]
+    (RuntimeError("model down"), "error"),
+])
+def test_a_misbehaving_sanitiser_detector_fails_closed(answer: object, reason: str,
+                                                       vault: MemoryVault, tenant: str) -> None:
+    s = Sanitiser([HeuristicDetector(), Misbehaving("classifier", answer)])
+    with pytest.raises(Unavailable) as exc:
+        s.sanitise("Lunch moved to Friday.")
+    assert exc.value.details == {"detector": "classifier", "reason": reason}
+    item = MemoryInput.model_validate({"content": ATTACK, "scope": "s"})
+    with pytest.raises(Unavailable):
+        sanitise_items([item], "import", sanitiser=s)
+    assert Sanitiser([Misbehaving("fine", [Hit(0, 5, "x")])]).sanitise("Lunch moved.").text == (
+        f"{REDACTION}")
+
