@@ -688,3 +688,61 @@ def test_well_formed_plugin_findings_with_offsets_pass_and_map_back(
     f = info.value.details["findings"][0]
     assert (f["kind"], f["start"], f["end"]) == ("codename", 8, 17)
 
+
+# -- paths that skipped the guard (issue 20, item 4) --------------------------------------
+def test_a_key_name_with_a_secret_is_refused(vault: MemoryVault, tenant: str) -> None:
+    with vault.db.transaction(tenant) as conn:
+        before = conn.execute("SELECT count(*) AS n FROM api_keys").fetchone()["n"]
+    for kwargs in ({"name": f"deploy {AWS}"}, {"name": "ci", "scope": f"pw={JWT}"}):
+        with pytest.raises(Refused) as info:
+            vault.create_key(tenant, "member", **kwargs)  # type: ignore[arg-type]
+        no_secret_in(info.value.message)
+    with vault.db.transaction(tenant) as conn:
+        assert conn.execute("SELECT count(*) AS n FROM api_keys").fetchone()["n"] == before
+    vault.create_key(tenant, "member", name="deploy bot")
+
+
+class Recording:
+    """A chat provider that records every prompt it is sent."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.prompts: list[Any] = []
+
+    def stream(self, prompt: Any) -> Iterator[str]:
+        self.prompts.append(prompt)
+        yield "noted"
+
+
+@pytest.fixture
+def model(vault: MemoryVault) -> Iterator[Recording]:
+    original = vault.rt.llm
+    vault.rt.llm = rec = Recording()
+    yield rec
+    vault.rt.llm = original
+
+
+def test_chat_history_passes_the_guard_before_the_model(vault: MemoryVault, tenant: str,
+                                                        client: TestClient,
+                                                        model: Recording) -> None:
+    who = vault.principal(tenant)
+    history = [{"role": "user", "content": "hi"},
+               {"role": "assistant", "content": f"your key is {AWS}"}]
+    for store in (True, False):  # nothing would be stored: the secret would still leave
+        with pytest.raises(Refused) as info:
+            vault.chat("thanks", scope="s", history=history, store=store, principal=who)
+        assert info.value.field == "history.1.content"
+    auth = {"Authorization": f"Bearer {_token(vault, tenant)}"}
+    r = client.post("/v1/chat/completions", headers=auth, json={
+        "model": "mnemovault:s", "store": False,
+        "messages": [{"role": "user", "content": f"my SSN is {SSN}"},
+                     {"role": "assistant", "content": "ok"},
+                     {"role": "user", "content": "what did I say?"}]})
+    assert r.status_code == 409 and r.json()["error"]["field"] == "history.0.content", r.text
+    no_secret_in(r.text)
+    assert model.prompts == []  # the model never saw any of it
+    assert counts(vault, tenant)["memories"] == 0
+    vault.chat("thanks", scope="s", history=[{"role": "user", "content": "hi"}],
+               principal=who)
+    assert len(model.prompts) == 1
