@@ -746,3 +746,14 @@ def test_chat_history_passes_the_guard_before_the_model(vault: MemoryVault, tena
     vault.chat("thanks", scope="s", history=[{"role": "user", "content": "hi"}],
                principal=who)
     assert len(model.prompts) == 1
+
+
+def test_ids_with_dots_for_their_separators() -> None:
+    for text, kind in (("NIE X.1234567.L", "es_nie"), ("DNI 12345678.Z", "es_dni"),
+                       ("Aadhaar 2345.6789.0124", "in_aadhaar"), ("my SIN is 123.456.782",
+                                                                  "ca_sin"),
+                       ("RRN 971013.9019902", "kr_rrn"), ("SSN 536.90.4399", "us_ssn")):
+        assert [f.kind for f in GovernmentIdDetector().scan({"c": text})] == [kind], text
+    for text in ("ref 536.90-4399", "NIE X.1234567-L", "Aadhaar 2345.6789 0124",
+                 "version 536.90.4399.1"):  # mixed separators, or part of a longer number
+        assert GovernmentIdDetector().scan({"c": text}) == [], text
