@@ -53,6 +53,7 @@ from mnemovault.auth import (
 )
 from mnemovault.auth import validate_tenant as _validate_tenant
 from mnemovault.errors import Conflict, Forbidden, NotFound, Unauthenticated, ValidationError
+from mnemovault.guard import capture as capture_guard
 from mnemovault.pii import service as pii
 from mnemovault.pii.vault import ERASED, PLACEHOLDER_RE, render
 from mnemovault.runtime import Runtime
@@ -104,6 +105,8 @@ def create_key(rt: Runtime, tenant: str, role: Role, *, name: str | None = None,
     Raises:
         ValidationError: an unknown role or permission, a permission the role lacks, a
             malformed tenant, name, scope or subject.
+        Refused, Unavailable: the capture guard found a secret in the name, scope or
+            subject (they are stored), or failed closed (:mod:`mnemovault.guard.capture`).
         Forbidden: the caller lacks ``keys:manage`` or a permission it would grant, or
             ``role`` is above its own (``details.rule = "key_hierarchy"``).
         NotFound: another tenant than the caller's.
@@ -115,6 +118,8 @@ def create_key(rt: Runtime, tenant: str, role: Role, *, name: str | None = None,
     name = checked.optional_name(name, "name")
     scope = checked.optional_name(scope, "scope")
     subject = checked.optional_name(subject, "subject")
+    capture_guard.check_capture(rt, path="key", fields={"name": name, "scope": scope,
+                                                        "subject": subject}, tenant=tenant)
     perms = set(ROLE_PERMISSIONS[role])
     if permissions is not None:
         for n, p in enumerate(permissions):

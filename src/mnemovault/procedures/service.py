@@ -24,7 +24,14 @@ The guard scans every string that is stored, as the memory write path does: the 
 tools, argument names, labels, edge ends and conditions) and every provenance string
 (source, agent, run_id, source_id, tags and extra keys' string values); for a run, its
 evaluator name, subject and every provenance string. (Procedure versions keep the
-parent's scope and subject, which were scanned when it was captured.)
+parent's scope and subject, which were scanned when it was captured.) A procedure or
+version that comes from a tool (``trigger`` ``mcp``, ``tool`` or ``import``, or a
+``provenance.source`` that marks tool output:
+:func:`mnemovault.guard.sanitise.tool_supplied`) then passes the injection sanitiser: its
+name, intent, node labels, edge conditions, tags and provenance strings have potential
+prompt injections replaced by ``[REDACTED_POTENTIAL_PROMPT_INJECTION]`` and the families
+found in ``provenance.injection_flags`` (a caller-supplied value of that key is dropped on
+every capture), since recall serves them to other agents.
 
 Verdicts and counters
     A run carries the agent's verdict, an evaluator's (name, verdict, score) and, after
@@ -68,8 +75,9 @@ from mnemovault.errors import Conflict, NotFound, Unavailable, ValidationError
 from mnemovault.governance import forget as forget_mod
 from mnemovault.governance import graph
 from mnemovault.guard import capture as capture_guard
+from mnemovault.guard import sanitise as injection
 from mnemovault.ids import uuid7
-from mnemovault.models import Provenance
+from mnemovault.models import MAX_TAG_CHARS, Provenance
 from mnemovault.pii import service as pii
 from mnemovault.pii.pseudonymise import Pseudonymiser
 from mnemovault.procedures import ranking
@@ -96,7 +104,7 @@ from mnemovault.store import procedures as store
 from mnemovault.store import review as review_store
 from mnemovault.store import tenants as store_tenants
 from mnemovault.store.db import tenant_of
-from mnemovault.validation import parse_id, validation_error_from_pydantic
+from mnemovault.validation import MAX_NAME_CHARS, parse_id, validation_error_from_pydantic
 
 Conn = psycopg.Connection[Any]
 
@@ -161,6 +169,45 @@ def _guard(rt: Runtime, who: Principal, path: str, request_id: str | None,
            fields: dict[str, str | None]) -> None:
     capture_guard.check_capture(rt, path=path, fields=fields, tenant=who.tenant,
                                 request_id=request_id)
+
+
+def _sanitised(trigger: str, name: str, intent: str | None, s: Steps, prov: Provenance
+               ) -> tuple[str, str | None, Steps, Provenance]:
+    """Name, intent, steps and provenance through the injection sanitiser when they come
+    from a tool (module docstring); the sanitiser's label is dropped from a caller's
+    provenance either way."""
+    data = prov.model_dump(exclude_none=True)
+    data.pop(injection.FLAG_KEY, None)
+    if not injection.tool_supplied(trigger, prov.source):
+        return name, intent, s, Provenance.model_validate(data)
+    d = s.model_dump(exclude_none=True)
+    tags: list[str] = data.get("tags", [])
+    texts: dict[str, str | None] = {"name": name, "intent": intent}
+    limits = {"name": MAX_NAME_CHARS, "intent": MAX_NAME_CHARS}
+    for i, node in enumerate(d["nodes"]):
+        texts[f"nodes.{i}"], limits[f"nodes.{i}"] = node.get("name"), MAX_NAME_CHARS
+    for i, edge in enumerate(d["edges"]):
+        texts[f"edges.{i}"], limits[f"edges.{i}"] = edge.get("condition"), MAX_NAME_CHARS
+    for i, tag in enumerate(tags):
+        texts[f"tags.{i}"], limits[f"tags.{i}"] = tag, MAX_TAG_CHARS
+    for k, v in data.items():
+        if k != "tags" and isinstance(v, str):
+            texts[f"provenance.{k}"] = v
+            limits[f"provenance.{k}"] = MAX_NAME_CHARS if k in Provenance.model_fields else 1000
+    out, families = injection.sanitise_texts(texts, limits)
+    for i, node in enumerate(d["nodes"]):
+        if node.get("name") is not None:
+            node["name"] = out[f"nodes.{i}"]
+    for i, edge in enumerate(d["edges"]):
+        if edge.get("condition") is not None:
+            edge["condition"] = out[f"edges.{i}"]
+    data["tags"] = [out[f"tags.{i}"] for i in range(len(tags))]
+    data |= {k.removeprefix("provenance."): v for k, v in out.items()
+             if k.startswith("provenance.")}
+    if families:
+        data[injection.FLAG_KEY] = ",".join(families)
+    return (out["name"] or name, out["intent"], Steps.model_validate(d),
+            Provenance.model_validate(data))
 
 
 def _capture_fields(question: str | None, name: str | None, intent: str | None, s: Steps,
@@ -234,6 +281,9 @@ def capture(rt: Runtime, who: Principal, item: ProcedureInput | dict[str, Any], 
     _guard(rt, who, "procedure", request_id,
            _capture_fields(p.question, name, intent, p.steps, p.provenance,
                            scope=p.scope, subject=subject))
+    name, s_int, p_steps, p_prov = _sanitised(trigger, name, intent, p.steps, p.provenance)
+    intent = s_int or intent
+    p = p.model_copy(update={"steps": p_steps, "provenance": p_prov})
     status = capture_guard.initial_status(rt)
     now = datetime.now(UTC)
     mid = uuid7()
@@ -284,6 +334,9 @@ def new_version(rt: Runtime, who: Principal, parent_id: uuid.UUID | str,
     name = v.name or steps_mod.default_name(v.steps)
     _guard(rt, who, "procedure", request_id,
            _capture_fields(v.question, name, v.intent, v.steps, v.provenance))
+    name, v_intent, v_steps, v_prov = _sanitised(trigger, name, v.intent, v.steps,
+                                                 v.provenance)
+    v = v.model_copy(update={"intent": v_intent, "steps": v_steps, "provenance": v_prov})
     status = capture_guard.initial_status(rt)
     now = datetime.now(UTC)
     mid = uuid7()

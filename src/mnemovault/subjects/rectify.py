@@ -17,7 +17,11 @@ The new content is a capture like any other (SPEC section 8: every capture): it 
 the capture guard first (:func:`mnemovault.guard.capture.check_capture`, path
 ``rectify``), before anything is read or written, so a refusal (:class:`~mnemovault.
 errors.Refused`) or a failing detector (:class:`~mnemovault.errors.Unavailable`, fail
-closed) leaves the memory as it was.
+closed) leaves the memory as it was. When the memory carries the injection sanitiser's
+label (it was imported or tool-supplied text with a potential prompt injection), or the
+rectification comes from a tool (``trigger`` import, tool or mcp), the new content is
+sanitised too (:func:`mnemovault.guard.sanitise.sanitise_rectified`) and the memory keeps
+its label, joined by any family found now.
 
 Review gate (SPEC 8: "new memories and new versions are held as ``pending_review``"; SPEC
 10: a rectification makes a new version). The old text must still be deleted, not kept
@@ -53,6 +57,7 @@ from mnemovault.auth import Principal
 from mnemovault.errors import Conflict, NotFound, ValidationError
 from mnemovault.governance import graph
 from mnemovault.guard import capture as capture_guard
+from mnemovault.guard import sanitise as injection
 from mnemovault.models import MAX_CONTENT_CHARS
 from mnemovault.pii import service as pii
 from mnemovault.pii.vault import PLACEHOLDER_RE
@@ -85,7 +90,7 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
     Raises:
         ValidationError: a malformed id, blank or over-long content.
         Refused: the capture guard found a secret in ``content`` (nothing changed).
-        Unavailable: a capture detector failed or timed out (fail closed).
+        Unavailable: a capture or sanitiser detector failed or timed out (fail closed).
         Forbidden: missing ``subject:erase``.
         NotFound: no such memory in this tenant (or outside the key's limits).
         Conflict: an erase of its subject is under way, or a value in the new content was
@@ -119,6 +124,8 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
             raise Conflict("id: its key has a version pending review; approve or reject "
                            "that one first (a key waits on one pending version), or "
                            "rectify the pending one", field="id")
+        # imported or tool text stays labelled and sanitised (mnemovault.guard.sanitise)
+        content, flags = injection.sanitise_rectified(content, locked["provenance"], trigger)
         created: list[str] = []
         used: list[str] = []
         text = content
@@ -132,7 +139,7 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
         kept = visibility_store.carried_by(conn, who.tenant, mid)
         graph.delete_support(conn, [mid])
         new = subject_store.replace_content(conn, who.tenant, mid, text, vector,
-                                            datetime.now(UTC))
+                                            datetime.now(UTC), flags=flags)
         status = str(new["status"])
         if held and status in ("active", "pending_review"):  # the gate holds the new text
             review_store.hold(conn, who.tenant, [mid], captured_by=who.actor)
