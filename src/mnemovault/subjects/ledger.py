@@ -521,8 +521,9 @@ def check_on_start(rt: Runtime) -> StartCheck:
     report.migrated = _migrate_legacy(rt, lf)
     names = sorted(p.name.removesuffix(".jsonl") for p in d.glob("*.jsonl")
                    if not p.name.startswith("_")) if d.is_dir() else []
-    if fresh:  # a new ledger directory: every tenant's rows from the table
+    if fresh:  # a new ledger directory: every tenant's rows from the table (once)
         names = sorted(set(names) | set(_tenants_with_rows(rt)))
+        d.mkdir(parents=True, exist_ok=True)
     for tenant in names:
         report.checked += 1
         try:
@@ -558,11 +559,11 @@ def _check_tenant(rt: Runtime, lf: LedgerFile, tenant: str) -> TenantCheck | Non
     key = jsonl._key(lf.table(tenant), raw) if raw is not None else None
     with rt.db.transaction(tenant) as conn:
         head = store.head(conn, tenant)
+        if head is not None and key == (int(head["audit_seq"]), str(head["id"])):
+            return None  # level: the usual case, one indexed query
+        if head is None and raw is None:
+            return None
         exists = tenant_store.lifecycle(conn, tenant) is not None
-    if head is not None and key == (int(head["audit_seq"]), str(head["id"])):
-        return None  # level: the usual case
-    if head is None and raw is None:
-        return None
     if not exists:
         return TenantCheck(tenant=tenant, state="no_tenant")
     synced = lf.synced(tenant)
