@@ -404,7 +404,9 @@ def test_purge_removes_the_tenants_erasure_ledger_file(vault: MemoryVault, tenan
     r = vault.remember("Temporary note for the ledger", scope="s", subject="lee",
                        principal=who)
     vault.subjects.erase("lee", scope="s", principal=who)
-    ledger = Path(vault.settings.ledger_dir or Path(vault.settings.data_dir) / "ledger")
+    from mnemovault.subjects import ledger as ledger_mod
+
+    ledger = ledger_mod.ledger_dir(vault.rt)
     path = ledger / f"{tenant}.jsonl"
     assert path.exists() and str(r.id) in path.read_text()
     vault.tenants.delete(tenant, confirm=f"DELETE-{tenant}")

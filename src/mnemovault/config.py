@@ -100,10 +100,11 @@ class Settings(BaseSettings):
     audit_jsonl: bool = True
     audit_jsonl_dir: Path | None = None
 
-    # erasure ledger (issue 10; mnemovault.subjects.ledger): each erase, forget and shred
-    # is recorded in the erasure_ledger table and, after commit, appended to a JSON Lines
-    # file outside the database (default <data_dir>/ledger/<tenant>.jsonl) that a backup
-    # restore does not roll back; `mnemovault reapply-erasures` reads it
+    # erasure ledger (issues 10, 21; mnemovault.subjects.ledger): each erase, forget and
+    # shred is recorded in the erasure_ledger table and, after commit, appended (chained,
+    # signed) to a JSON Lines file outside the database and the data directory (default
+    # <user state dir>/ledger/<database id>/<tenant>.jsonl) that a backup restore does not
+    # roll back; every start re-erases what a restored database lacks from it
     ledger_file: bool = True
     ledger_dir: Path | None = None
 

@@ -131,7 +131,10 @@ class MemoryVault:
     def open(cls, settings: Settings | None = None, *, data_dir: str | Path | None = None,
              database_url: str | None = None, embedder: Embedder | None = None,
              migrate: bool = True) -> MemoryVault:
-        """Connect (starting the embedded server if needed), migrate, check the embedder.
+        """Connect (starting the embedded server if needed), migrate, check the embedder,
+        and compare the erasure ledger with the database: what a database restored from a
+        backup lacks is erased again before this returns
+        (:func:`mnemovault.subjects.ledger.check_on_start`).
 
         Raises:
             ConfigError: the database was built with a different embedder.
@@ -146,7 +149,9 @@ class MemoryVault:
         if updates:
             settings = settings.model_copy(update=updates)
         rt = Runtime.open(settings, embedder=embedder, migrate=migrate)
-        return cls(rt.db, rt.embedder, rt.settings, rt.keyring)
+        mv = cls(rt.db, rt.embedder, rt.settings, rt.keyring)
+        SubjectsSection.on_start(mv.rt)  # a database behind its erasure ledger: re-erased
+        return mv
 
     def close(self) -> None:
         self.rt.db.close()
