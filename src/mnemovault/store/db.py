@@ -167,17 +167,18 @@ class Database:
         server in ``settings.data_dir`` (the application role logs in over its unix socket,
         which trusts local connections: no password)."""
         password = settings.app_password.get_secret_value() if settings.app_password else None
-        timeouts = {"connect_timeout": settings.db_connect_timeout_seconds,
-                    "pool_timeout": settings.pool_timeout_seconds}
+        connect, wait = settings.db_connect_timeout_seconds, settings.pool_timeout_seconds
         if settings.database_url:
             return cls(settings.database_url, app_role=settings.app_role,
                        pool_max_size=settings.pool_max_size,
-                       app_url=settings.app_database_url, app_password=password, **timeouts)
+                       app_url=settings.app_database_url, app_password=password,
+                       connect_timeout=connect, pool_timeout=wait)
         from mnemovault.store.embedded import start_embedded
 
         url = start_embedded(settings.data_dir)
         return cls(url, app_role=settings.app_role, pool_max_size=settings.pool_max_size,
-                   embedded_dir=Path(settings.data_dir), **timeouts)
+                   embedded_dir=Path(settings.data_dir), connect_timeout=connect,
+                   pool_timeout=wait)
 
     # -- migrations -------------------------------------------------------------------
     def alembic_config(self, embedding_dim: int) -> Any:
