@@ -6,6 +6,7 @@ going down, starting it again on the same port is the database back after a rest
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -66,26 +67,20 @@ class Proxy:
         except OSError:
             pass
         for s in (src, dst):
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def stop(self) -> None:
         if self._listener is not None:
-            try:  # wakes the accept() blocked in the other thread (Linux)
+            with contextlib.suppress(OSError):  # wakes the accept() in the other thread
                 self._listener.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             self._listener.close()
             self._listener = None
         with self._lock:
             conns, self._conns = self._conns, []
         for s in conns:
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             s.close()
 
 
@@ -138,9 +133,8 @@ def test_a_down_database_answers_unavailable_within_seconds_not_the_pool_timeout
     assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable"
     assert time.monotonic() - t0 < 4.0
     t0 = time.monotonic()
-    with pytest.raises(Unavailable):
-        with db.transaction(tenant) as conn:
-            conn.execute("SELECT 1")
+    with pytest.raises(Unavailable), db.transaction(tenant) as conn:
+        conn.execute("SELECT 1")
     assert time.monotonic() - t0 < 4.0
 
 
