@@ -130,7 +130,9 @@ def remember(rt: Runtime, who: Principal, item: MemoryInput, *,
 def remember_many(rt: Runtime, who: Principal,
                   items: Sequence[MemoryInput | dict[str, Any]], *,
                   request_id: str | None = None, trigger: str = "remember") -> list[Receipt]:
-    """Remember a batch: one embedding call, one transaction, one audit row.
+    """Remember a batch: one embedding call before the write transaction (a second one in
+    it, for the items whose stored text differs from the prediction: module docstring), a
+    short read-only transaction for that prediction, one write transaction, one audit row.
 
     Memories with a ``key`` that is already live in their scope become a new version
     (``version`` + 1, ``parent_id`` = old id); the old one is marked ``superseded``.
