@@ -192,6 +192,15 @@ class Settings(BaseSettings):
     # item is approved only by another actor than the one that captured it (another key
     # id; the local operator is the one actor "local"); true allows self-approval
     review_self_approval: bool = Field(default=False, validation_alias="REVIEW_SELF_APPROVAL")
+    # concurrency and outages (issue 29): an erase waits this long for the writes of its
+    # subject (or scope) under way to commit before it answers Conflict (0: it fails at
+    # once, as before); the pool's connection attempts give up after
+    # db_connect_timeout_seconds, and a request that finds no connection in the pool
+    # within that time asks the server directly, answering Unavailable at once when it is
+    # down instead of waiting pool_timeout_seconds for a connection
+    erase_lock_timeout_seconds: float = Field(default=5.0, ge=0, le=600)
+    db_connect_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
+    pool_timeout_seconds: float = Field(default=30.0, gt=0)
 
 
 def get_settings() -> Settings:

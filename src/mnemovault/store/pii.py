@@ -67,16 +67,17 @@ def insert_dek(conn: Conn, *, tenant: str, placeholder: str, kek_version: int, n
         (tenant, placeholder, kek_version, nonce, wrapped))
 
 
-def placeholders_by_fingerprints(conn: Conn, tenant: str,
-                                 fps: Sequence[bytes]) -> dict[bytes, dict[str, Any]]:
+def placeholders_by_fingerprints(conn: Conn, tenant: str, fps: Sequence[bytes], *,
+                                 lock: bool = True) -> dict[bytes, dict[str, Any]]:
     """The live values among ``fps`` (one statement), locked ``FOR SHARE`` as
-    :func:`placeholder_by_fingerprint` with ``lock``: ``{fingerprint: {"placeholder",
-    "kind"}}`` (fingerprints the vault does not hold are absent)."""
+    :func:`placeholder_by_fingerprint` with ``lock`` (without: a plain read, for a write's
+    prediction ahead of its transaction): ``{fingerprint: {"placeholder", "kind"}}``
+    (fingerprints the vault does not hold are absent)."""
     if not fps:
         return {}
     rows = conn.execute(
         "SELECT placeholder, kind, fingerprint FROM pii_values WHERE tenant_id = %s "
-        "AND fingerprint = ANY(%s) ORDER BY fingerprint FOR SHARE",
+        "AND fingerprint = ANY(%s) ORDER BY fingerprint" + (" FOR SHARE" if lock else ""),
         (tenant, list(fps))).fetchall()
     return {bytes(r["fingerprint"]): r for r in rows}
 

@@ -10,11 +10,16 @@ Lock protocol (:func:`lock_for_write`, :func:`lock_for_erase`): transaction-leve
 locks on a 64-bit key per (tenant, scope, subject) and per (tenant, scope) as a whole. A
 write takes the shared lock of each (scope, subject) it writes and of each scope; an erase
 of a subject takes the exclusive lock of its (scope, subject), an erase of a scope the
-exclusive lock of the scope. Every acquisition is a *try*: whoever comes second fails with
-:class:`~mnemovault.errors.Conflict` at once instead of waiting (so a write never slips in
-after an erase resolved its rows, and an erase never waits behind a stream of writes).
-Writes share the locks, so writes never conflict with each other here. All of a write's
-keys are tried in one statement.
+exclusive lock of the scope. A write's acquisition is a *try*: a write that finds an erase
+holding (or waiting for) its subject fails with :class:`~mnemovault.errors.Conflict` at
+once instead of waiting (so a write never slips in after an erase resolved its rows).
+An erase waits for its lock up to a bounded time (``MNEMOVAULT_ERASE_LOCK_TIMEOUT_SECONDS``,
+PostgreSQL's ``lock_timeout`` for that one statement) and fails with Conflict only after
+it: PostgreSQL queues a lock request behind a waiting one that conflicts with it, so while
+the erase waits, new writes of the subject fail their try and the erase gets the lock as
+soon as the writes already under way commit (an erase no longer loses to a stream of
+writes). Writes share the locks, so writes never conflict with each other here. All of a
+write's keys are tried in one statement.
 """
 
 from __future__ import annotations
@@ -73,16 +78,34 @@ def lock_for_write(conn: Conn, tenant: str, pairs: Iterable[tuple[str, str | Non
                        "was stored and retrying is safe", field="subject")
 
 
-def lock_for_erase(conn: Conn, tenant: str, scope: str, subject: str | None) -> None:
+def lock_for_erase(conn: Conn, tenant: str, scope: str, subject: str | None, *,
+                   timeout: float = 0.0) -> None:
     """Take the exclusive lock of an erase of ``subject`` in ``scope`` (None: the whole
-    scope) until the transaction ends.
+    scope) until the transaction ends, waiting up to ``timeout`` seconds for the writes
+    holding it (0: fail at once). The wait runs in a savepoint with ``lock_timeout`` set
+    for it alone, so the erase's later statements keep the ``lock_timeout`` they had.
 
     Raises:
-        Conflict: a write for this subject (or scope) is under way; nothing was erased
-            and retrying is safe.
+        Conflict: writes for this subject (or scope) still held it after ``timeout``;
+            nothing was erased and retrying is safe.
     """
-    if not _try(conn, [lock_key(tenant, scope, subject)], shared=False):
-        raise Conflict("subject: a write for this subject or scope is under way; nothing "
+    key = lock_key(tenant, scope, subject)
+    if timeout <= 0:
+        granted = _try(conn, [key], shared=False)
+    else:
+        granted = True
+        row = conn.execute("SELECT current_setting('lock_timeout') AS t").fetchone()
+        before = str(row["t"]) if row else "0"
+        try:
+            with conn.transaction():  # a savepoint: a timeout rolls back to it
+                conn.execute("SELECT set_config('lock_timeout', %s, true), "
+                             "pg_advisory_xact_lock(%s)",
+                             (f"{max(1, round(timeout * 1000))}ms", key))
+                conn.execute("SELECT set_config('lock_timeout', %s, true)", (before,))
+        except psycopg.errors.LockNotAvailable:
+            granted = False
+    if not granted:
+        raise Conflict("subject: writes for this subject or scope kept it busy; nothing "
                        "was erased and retrying is safe", field="subject")
 
 
