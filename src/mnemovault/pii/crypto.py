@@ -163,10 +163,6 @@ class KeyRing:
         state = self._state
         return state.keys[state.current]
 
-    @property
-    def file_backed(self) -> bool:
-        return self.path is not None
-
     def kek(self, version: int) -> bytes:
         """The KEK of ``version``; on a miss the key file is re-read once (a rotation by
         another process) before giving up.
@@ -262,14 +258,6 @@ class KeyRing:
                 raise ConfigError("kek: the current KEK version cannot be retired")
             keys = {v: k for v, k in base.keys.items() if v not in versions}
             self._state = _State(keys, base.current, _write_file(path, keys, base.current))
-
-    def save(self) -> None:
-        """Write the ring as it is to its key file (atomically)."""
-        path = self._require_file()
-        with self._lock:
-            state = self._state
-            self._state = _State(state.keys, state.current,
-                                 _write_file(path, state.keys, state.current))
 
     # -- loading --------------------------------------------------------------------------
     @classmethod

@@ -279,19 +279,6 @@ def try_lock_rotation(conn: Conn) -> bool:
     return bool(row["got"] if isinstance(row, dict) else row[0])
 
 
-def kek_version_counts(conn: Conn) -> dict[int, dict[str, int]]:
-    """Per KEK version in use: ``{"deks": n, "secrets": m}`` (operator path, every
-    tenant)."""
-    out: dict[int, dict[str, int]] = {}
-    for sql, what in (("SELECT kek_version, count(*) FROM pii_deks GROUP BY 1", "deks"),
-                      ("SELECT kek_version, count(*) FROM pii_tenant_keys GROUP BY 1",
-                       "secrets")):
-        for r in conn.execute(sql).fetchall():
-            v, n = (r["kek_version"], r["count"]) if isinstance(r, dict) else r
-            out.setdefault(int(v), {"deks": 0, "secrets": 0})[what] = int(n)
-    return out
-
-
 # operator paths: the owner's connection, every tenant
 def kek_versions_in_use(url: str) -> set[int]:
     """Every KEK version a wrapped DEK or tenant secret uses."""
