@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from mnemovault.cli import app
 from mnemovault.config import Settings
-from mnemovault.errors import ConfigError, Conflict
+from mnemovault.errors import ConfigError, Conflict, Unavailable
 from mnemovault.pii import crypto
 from mnemovault.pii.crypto import KekUnavailable, KeyRing
 from mnemovault.pii.vault import PiiVault
@@ -73,7 +73,7 @@ def test_two_key_rings_on_one_file_see_each_others_rotation(tmp_path: Path) -> N
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kek.json"]  # no temp file left
 
 
-def test_a_key_file_that_cannot_be_read_back_keeps_the_keys(tmp_path: Path) -> None:
+def test_an_unreadable_key_file_keeps_the_keys_but_wraps_nothing(tmp_path: Path) -> None:
     path = tmp_path / "kek.json"
     ring = KeyRing.load(env_value=None, key_file=path)
     key = ring.kek(1)
@@ -82,7 +82,14 @@ def test_a_key_file_that_cannot_be_read_back_keeps_the_keys(tmp_path: Path) -> N
     os.chmod(tmp, 0o600)
     os.replace(tmp, path)
     assert ring.refresh() is False
-    assert ring.kek(1) == key and ring.wrapping_key() == (1, key)
+    assert ring.kek(1) == key  # what it wrapped still opens
+    with pytest.raises(Unavailable, match="cannot be read"):
+        ring.wrapping_key()  # but its version may be one a rotation just destroyed
+    path.unlink()
+    with pytest.raises(Unavailable):
+        ring.wrapping_key()
+    crypto._write_file(path, {1: key}, 1)
+    assert ring.wrapping_key() == (1, key)
 
 
 def test_a_first_start_never_replaces_a_key_file_made_meanwhile(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from mnemovault.errors import ConfigError, MnemoError
+from mnemovault.errors import ConfigError, MnemoError, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +124,10 @@ class KeyRing:
     wrapped key under a version the ring lacks (:meth:`kek`) re-reads the file once before
     failing; and a lookup re-checks the file at most every :data:`RECHECK_SECONDS`, so a
     retired version leaves a process's memory soon after it left the file. A key file that
-    cannot be read back (removed, malformed, readable by others) keeps the keys loaded,
-    with a warning. The file is only ever replaced whole (temp file, fsync, rename, fsync
+    changed and cannot be read back (removed, malformed, readable by others) keeps the keys
+    loaded for unwrapping, with a warning, but nothing new is wrapped until it can be read
+    (the version this process knows may have been retired). The file is only ever replaced
+    whole (temp file, fsync, rename, fsync
     of the directory), so a reader sees the old file or the new one, never a torn one.
 
     Thread-safe: the keys, current version and file identity are one immutable state that
@@ -145,6 +147,7 @@ class KeyRing:
         self._lock = threading.Lock()
         self._checked = time.monotonic()
         self._warned: FileStamp | None = None
+        self._unreadable = False  # the file changed and could not be read back
 
     # -- reading --------------------------------------------------------------------------
     @property
@@ -181,8 +184,15 @@ class KeyRing:
 
     def wrapping_key(self) -> tuple[int, bytes]:
         """``(version, key)`` to wrap a new data key or tenant secret under: the newest
-        current version of the key file (re-checked now), from one consistent state."""
+        current version of the key file (re-checked now), from one consistent state.
+
+        Raises:
+            Unavailable: the key file changed and cannot be read back (wrapping under the
+                version loaded before could use one a rotation has just destroyed)."""
         self.refresh()
+        if self._unreadable:
+            raise Unavailable(f"kek: the key file {self.path} changed and cannot be read; "
+                              "nothing is encrypted until it can")
         state = self._state
         return state.current, state.keys[state.current]
 
@@ -198,6 +208,7 @@ class KeyRing:
         except OSError:
             stamp = None
         if stamp is not None and stamp == self._state.stamp:
+            self._unreadable = False
             return False
         with self._lock:
             if stamp is not None and stamp == self._state.stamp:
@@ -205,6 +216,7 @@ class KeyRing:
             try:
                 state = _read_file(self.path)
             except (OSError, ConfigError) as exc:
+                self._unreadable = True
                 if stamp != self._warned:
                     self._warned = stamp
                     log.warning("kek: cannot re-read the key file %s (%s); keeping the keys "
@@ -212,6 +224,7 @@ class KeyRing:
                 return False
             changed = (state.keys != self._state.keys or state.current != self._state.current)
             self._state = state
+            self._unreadable = False
             if changed:
                 log.info("kek: reloaded %s (current version %d, versions %s)", self.path,
                          state.current, sorted(state.keys))
