@@ -268,7 +268,7 @@ class Serve:
                 [sys.executable, "-m", "mnemovault.cli", "--data-dir", str(data_dir), "serve",
                  "--port", str(self.port)], stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, env=_env(), cwd=REPO)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 240  # a first start loads torch; a busy box is slow
         while True:
             assert self.proc.poll() is None, f"serve exited:\n{self.tail()}"
             assert time.monotonic() < deadline, f"serve not healthy:\n{self.tail()}"
