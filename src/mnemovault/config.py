@@ -187,6 +187,11 @@ class Settings(BaseSettings):
     capture_detector_timeout_ms: float = Field(default=500.0, gt=0)
     capture_hook: str | None = None
 
+    # separation of duties under the review gate (mnemovault.governance.review): false, an
+    # item is approved only by another actor than the one that captured it (another key
+    # id; the local operator is the one actor "local"); true allows self-approval
+    review_self_approval: bool = Field(default=False, validation_alias="REVIEW_SELF_APPROVAL")
+
 
 def get_settings() -> Settings:
     return Settings()

@@ -19,7 +19,7 @@ vault_*, shred
 rotate_kek                  :mod:`mnemovault.pii.rotation`
 ensure_tenant, create_key,  :mod:`mnemovault.keys`
 authenticate, list_keys,
-revoke_key
+get_key, revoke_key
 audit                       :mod:`mnemovault.audit.service`
 procedures (section)        :mod:`mnemovault.facade.procedures` -> :mod:`mnemovault.procedures`
 review (section)            :mod:`mnemovault.facade.review` -> :mod:`mnemovault.governance.review`
@@ -189,6 +189,11 @@ class MemoryVault:
                   principal: Principal | None = None) -> dict[str, Any]:
         """API keys, metadata only, keyset paged; see :func:`mnemovault.keys.list_keys`."""
         return keys.list_keys(self.rt, self._who(principal), limit=limit, cursor=cursor)
+
+    def get_key(self, key_id: uuid.UUID | str, *,
+                principal: Principal | None = None) -> dict[str, Any]:
+        """One API key's metadata; see :func:`mnemovault.keys.get_key`."""
+        return keys.get_key(self.rt, self._who(principal), key_id)
 
     def revoke_key(self, key_id: uuid.UUID | str, *, principal: Principal | None = None,
                    request_id: str | None = None) -> dict[str, Any]:

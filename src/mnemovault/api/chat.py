@@ -55,7 +55,12 @@ class PreviewItem(BaseModel):
     archived: bool
     status: str
     reason: str
-    excerpt: str
+    excerpt: str | None = Field(
+        description="the first 180 characters as stored; null when the caller may not see "
+                    "the record (withheld says why), which a forget would still delete")
+    withheld: str | None = Field(
+        default=None, description="why the text is withheld: pending_review or "
+                                  "outside_limits (null when it is shown)")
 
 
 class ForgetPreviewResponse(BaseModel):

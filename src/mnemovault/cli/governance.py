@@ -84,7 +84,9 @@ def forget(
             for r in rows:
                 flags = ", ".join([r["type"], *(["archived"] if r["archived"] else []),
                                    *([r["reason"]] if r["reason"] != "named" else [])])
-                out.print(f"{r['id']} ({flags}): {' '.join(r['excerpt'].split())}",
+                text = (" ".join(r["excerpt"].split()) if r["excerpt"] is not None
+                        else f"(text withheld: {r['withheld']})")
+                out.print(f"{r['id']} ({flags}): {text}",
                           highlight=False, markup=False)
             out.print(f"{len(rows)} memories would be forgotten; nothing was deleted",
                       highlight=False)

@@ -164,7 +164,8 @@ def _line(row: dict[str, Any]) -> str:
         flags.append("archived")
     if row["reason"] != "named":
         flags.append(row["reason"])
-    text = " ".join(str(row["excerpt"]).split())
+    text = (" ".join(str(row["excerpt"]).split()) if row.get("excerpt") is not None
+            else f"(text withheld: {row.get('withheld')})")
     return f"- {row['id']} ({', '.join(flags)}): {text}"
 
 
@@ -177,7 +178,8 @@ def _listing(rows: list[dict[str, Any]]) -> list[str]:
 
 def _preview_item(row: dict[str, Any]) -> dict[str, Any]:
     return {"id": str(row["id"]), "type": row["type"], "archived": row["archived"],
-            "status": row["status"], "reason": row["reason"], "excerpt": row["excerpt"]}
+            "status": row["status"], "reason": row["reason"], "excerpt": row["excerpt"],
+            "withheld": row.get("withheld")}
 
 
 def _forget_reply(res: ForgetResult) -> str:

@@ -42,6 +42,15 @@ class Mentions:
 
     memory_id: uuid.UUID
     nodes: dict[str, str] = field(default_factory=dict)
+    # the placeholders whose value the memory's text held (the detectors put them there);
+    # the other nodes are quoted: typed as placeholders by the writer, which grants no
+    # reveal to a limited key (:mod:`mnemovault.visibility`)
+    carried: set[str] = field(default_factory=set)
+
+    def quotes(self, node: str) -> bool:
+        """Whether the memory only quotes the placeholder ``node`` (an entity node of plain
+        text, pseudonymisation off, is never quoted)."""
+        return node not in self.carried and PLACEHOLDER_RE.fullmatch(node) is not None
 
     def edges(self) -> list[tuple[str, str]]:
         """Unordered pairs as (smaller, larger) in code-point order (``COLLATE "C"``)."""
@@ -50,11 +59,13 @@ class Mentions:
 
 
 def mentions(memory_id: uuid.UUID, texts: Iterable[str | None],
-             entities: Sequence[tuple[str, str]] = ()) -> Mentions:
+             entities: Sequence[tuple[str, str]] = (), *,
+             carried: Iterable[str] = ()) -> Mentions:
     """The placeholders in ``texts`` (in order), plus ``entities`` as ``(kind, value)`` pairs
     keyed ``kind:normalised value``: used only when pseudonymisation is off, where a named
-    entity has no placeholder."""
-    out = Mentions(memory_id)
+    entity has no placeholder. ``carried``: the placeholders the pseudonymiser produced
+    from values in these texts (every other placeholder in them was quoted)."""
+    out = Mentions(memory_id, carried=set(carried))
     for text in texts:
         for m in PLACEHOLDER_RE.finditer(text or ""):
             out.nodes.setdefault(m.group(0), m.group(1))
@@ -66,11 +77,11 @@ def mentions(memory_id: uuid.UUID, texts: Iterable[str | None],
 def index(conn: psycopg.Connection[Any], tenant: str, items: Sequence[Mentions]) -> None:
     """Insert nodes, edges and their support rows for freshly stored memories (idempotent)."""
     nodes: dict[str, str] = {}
-    node_support: list[tuple[str, uuid.UUID]] = []
+    node_support: list[tuple[str, uuid.UUID, bool]] = []
     edge_support: list[tuple[str, str, uuid.UUID]] = []
     for item in items:
         nodes.update(item.nodes)
-        node_support += [(n, item.memory_id) for n in item.nodes]
+        node_support += [(n, item.memory_id, item.quotes(n)) for n in item.nodes]
         edge_support += [(a, b, item.memory_id) for a, b in item.edges()]
     if not nodes:
         return

@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 
 from mnemovault import validation as checked
+from mnemovault import visibility
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
 from mnemovault.errors import Conflict, InternalError, MnemoError, Refused, ValidationError
@@ -76,7 +77,9 @@ def forget_preview(rt: Runtime, who: Principal, ids: Sequence[uuid.UUID | str] |
     delete, deleting nothing: the named memories, their versions and what was derived from
     them. Each row: ``id``, ``type``, ``archived``, ``status``, ``created_at``, ``reason``
     (``named``, ``version`` or ``derived``) and ``excerpt`` (the first 180 characters as
-    stored, shredded values shown ``[erased]``). Named rows come first, best match first
+    stored, shredded values shown ``[erased]``; None, with ``withheld`` saying why, for a
+    record the caller's view does not see: :mod:`mnemovault.visibility`). Named rows come
+    first, best match first
     for a query. Ids elsewhere (another tenant, or another scope when one is given) are
     left out, never revealed. Needs ``memory:read``.
 
@@ -101,14 +104,20 @@ def forget_preview(rt: Runtime, who: Principal, ids: Sequence[uuid.UUID | str] |
     with rt.db.transaction(who.tenant) as conn:
         tr = pii.Translator(rt, conn, who.tenant)
         rows, _ = forget_mod.preview(conn, parsed, scope=tr(scope), subject=tr(who.subject))
+        v = visibility.view(rt, conn, who, tr=tr)
+        for r in rows:
+            r["withheld"] = v.withheld(r)
         erased = rt.pii.erased_placeholders(
-            conn, {m.group(0) for r in rows for m in PLACEHOLDER_RE.finditer(r["content"])})
+            conn, {m.group(0) for r in rows if r["withheld"] is None
+                   for m in PLACEHOLDER_RE.finditer(r["content"])})
     rank = {mid: n for n, mid in enumerate(parsed)}
     order = {"named": 0, "version": 1, "derived": 2}
     rows.sort(key=lambda r: (order[r["reason"]], rank.get(r["id"], 0), r["id"]))
     return [{"id": r["id"], "type": r["type"], "archived": r["archived"],
              "status": r["status"], "created_at": r["created_at"], "reason": r["reason"],
-             "excerpt": forget_mod.excerpt(render(r["content"], {}, erased))}
+             "excerpt": None if r["withheld"] else forget_mod.excerpt(
+                 render(r["content"], {}, erased)),
+             "withheld": r["withheld"]}
             for r in rows]
 
 

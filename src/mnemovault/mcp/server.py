@@ -313,7 +313,8 @@ def build_server(vault: MemoryVault, principal_of: PrincipalSource) -> MCPServer
             return {"preview": True, "deleted": [], "total": len(rows),
                     "matches": [{"id": str(r["id"]), "type": r["type"],
                                  "archived": r["archived"], "reason": r["reason"],
-                                 "excerpt": r["excerpt"]} for r in rows[:PREVIEW_LIMIT]],
+                                 "excerpt": r["excerpt"], "withheld": r["withheld"]}
+                                for r in rows[:PREVIEW_LIMIT]],
                     "note": "nothing was deleted; to delete, call forget with the ids"}
         res = vault.forget(ids or None, query=query, scope=scope, principal=who,
                            trigger="mcp", request_id=request_id(ctx))

@@ -5,8 +5,10 @@ render`): shredded values ``[erased]``, originals only with ``reveal``."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from mnemovault import validation as checked
+from mnemovault import visibility
 from mnemovault.auth import Principal
 from mnemovault.errors import NotFound, ValidationError
 from mnemovault.guard.sanitise import FLAG_KEY
@@ -19,7 +21,8 @@ from mnemovault.validation import parse_id
 
 def get(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, *, reveal: bool = False,
         request_id: str | None = None) -> Memory:
-    """One memory by id, whatever its status. Needs ``memory:read`` (``pii:reveal`` with
+    """One memory by id, if the caller's view sees it (:mod:`mnemovault.visibility`: a
+    pending record only for reviewers). Needs ``memory:read`` (``pii:reveal`` with
     ``reveal``).
 
     Raises:
@@ -32,10 +35,10 @@ def get(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, *, reveal: bool
         who.require("pii:reveal")
     with rt.db.transaction(who.tenant) as conn:
         row = store.by_id(conn, who.tenant, mid)
-        if row is None or not pii.within_limits(rt, conn, who, row):
+        v = visibility.view(rt, conn, who)
+        if row is None or not v.sees(row):
             raise NotFound("id: no memory with this id", field="id")
-        return pii.render(rt, conn, who, [Memory.from_row(row)], reveal=reveal,
-                          request_id=request_id)[0]
+        return v.render([Memory.from_row(row)], reveal=reveal, request_id=request_id)[0]
 
 
 def page(rt: Runtime, who: Principal, *, scope: str | None = None,
@@ -62,10 +65,13 @@ def page(rt: Runtime, who: Principal, *, scope: str | None = None,
     after = parse_id(cursor, "cursor") if cursor is not None else None
     with rt.db.transaction(who.tenant) as conn:
         tr = pii.Translator(rt, conn, who.tenant)
+        v = visibility.view(rt, conn, who, tr=tr)
+        params: dict[str, Any] = {}
+        visible = v.clause(params, statuses=None if include_superseded else
+                           ("active", "pending_review"))
         rows = store.page(conn, who.tenant, scope=tr(scope), subject=tr(subject),
-                          include_superseded=include_superseded, cursor=after,
-                          limit=limit + 1, flagged_by=FLAG_KEY if flagged else None)
-        items = pii.render(rt, conn, who, [Memory.from_row(r) for r in rows[:limit]],
-                           reveal=False)
+                          visible=visible, params=params, cursor=after, limit=limit + 1,
+                          flagged_by=FLAG_KEY if flagged else None)
+        items = v.render([Memory.from_row(r) for r in rows[:limit]])
     nxt = items[-1].id if len(rows) > limit else None
     return Page(items=items, next_cursor=nxt)

@@ -28,6 +28,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from pydantic import ValidationError as PydanticValidationError
 
+from mnemovault import visibility
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
 from mnemovault.errors import Conflict, ValidationError
@@ -197,14 +198,21 @@ def pseudonymise(rt: Runtime, conn: Conn, items: list[MemoryInput],
                  who: Principal) -> list[Prepared]:
     """Step 4 (SPEC section 3): every free-text field (content, scope, subject, key, tags,
     provenance values) is rewritten with placeholders; caller-named entities go into the
-    vault first, so they are recognised in this batch too. Runs in the write transaction,
-    so new vault entries commit or roll back with the memories. The whole batch is one
+    vault first, so they are recognised in this batch too. A key limited to a scope or
+    subject recognises only the known values used within its limits (and those it names),
+    and its receipts list as created every placeholder no record within its limits used
+    before (:mod:`mnemovault.visibility`, "known values for limited keys"). Runs in the
+    write transaction, so new vault entries commit or roll back with the memories. The
+    whole batch is one
     :meth:`~mnemovault.pii.pseudonymise.Pseudonymiser.rewrite_many` (one lookup and one
     insert statement for all its values, not one per value), with the outcome of
     registering the entities and then rewriting each field of each item in turn."""
     if not rt.settings.pii_pseudonymize:
         return [Prepared(item=i, content=i.content, placeholders=[]) for i in items]
-    ps = pii.pseudonymiser(rt, conn, who.tenant)
+    view = visibility.view(rt, conn, who)
+    known = (view.known_index(rt.pii.tenant_keys(conn, who.tenant).fingerprint_key)
+             if who.limited else None)
+    ps = pii.pseudonymiser(rt, conn, who.tenant, known=known)
     # the caller-named entities (each (kind, value) once, by the first item naming it), then
     # every free-text field of every item in order: one rewrite_many for the whole batch
     entities: dict[tuple[str, str], int] = {}  # (kind, value) -> the item naming it first
@@ -249,6 +257,11 @@ def pseudonymise(rt: Runtime, conn: Conn, items: list[MemoryInput],
             "scope": scope, "subject": subject, "key": key,
             "provenance": Provenance.model_validate(prov), "entities": []})
         out.append(Prepared(item=rewritten, content=content or "", placeholders=new, used=used))
+    if who.limited:  # the receipt never tells a value outside the limits existed
+        before = view.used_within(p for o in out for p in o.used)
+        for o in out:
+            o.placeholders = list(dict.fromkeys(
+                [*o.placeholders, *(p for p in o.used if p not in before)]))
     return out
 
 
@@ -259,32 +272,42 @@ def embed(rt: Runtime, prepared: list[Prepared]) -> Any:
 
 def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: Principal,
           request_id: str | None, trigger: str) -> list[Receipt]:
-    """Step 6: the memories (superseding live versions of their keys), their lineage and
-    graph entries, and the ``REMEMBER`` audit row, in the caller's transaction."""
+    """Step 6: the memories (new versions of their keys: :func:`_next_version`), their
+    lineage and graph entries, and the ``REMEMBER`` audit row, in the caller's transaction.
+
+    Under the review gate (``REQUIRE_REVIEW=true``) every item is held as
+    ``pending_review`` with ``provenance.captured_by`` = the writing actor
+    (:func:`mnemovault.store.review.hold`), and a keyed item does not supersede its key's
+    ``active`` version: that stays recalled until the new one is approved
+    (:mod:`mnemovault.governance.review`). A receipt's ``superseded`` is the row this write
+    retired now: without the gate the key's previous live version; under it only a pending
+    version it displaced (None when the key's approved version simply stays)."""
     lineage.check_sources(conn, [(p.item.scope, p.item.derived_from) for p in prepared])
     now = datetime.now(UTC)
+    held = capture.initial_status(rt) == "pending_review"  # the review gate (REQUIRE_REVIEW)
     receipts: list[Receipt] = []
     rows = []
+    displaced = 0
     for p, vec in zip(prepared, vectors, strict=True):
         mid = uuid7()
-        parent, version = None, 1
+        parent, version, superseded = None, 1, None
         if p.item.key is not None:
-            old = store_memories.supersede(conn, who.tenant, p.item.scope, p.item.key, now)
-            if old is not None:
-                parent, version = old[0], old[1] + 1
+            parent, version, superseded = _next_version(conn, who.tenant, p.item.scope,
+                                                        p.item.key, now, held)
+            displaced += held and superseded is not None
         row = (who.tenant, mid, p.item.scope, p.item.subject, p.item.type, p.content,
                p.item.key, vec, p.item.created_at or now, now,
                Jsonb(p.item.provenance.model_dump(exclude_none=True)), parent, version)
-        if p.item.key is not None:
-            store_memories.insert(conn, [row])  # before the next item may supersede it
+        if p.item.key is not None:  # before the next item may supersede it
+            (store_review.insert_held if held else store_memories.insert)(conn, [row])
         else:
             rows.append(row)
         receipts.append(Receipt(id=mid, scope=p.item.scope, version=version,
-                                superseded=parent, placeholders=p.placeholders, audit_seq=0))
+                                superseded=superseded, placeholders=p.placeholders,
+                                audit_seq=0))
     store_memories.insert_many(conn, rows)  # one statement: its triggers run once
-    held = capture.initial_status(rt) == "pending_review"  # the review gate (REQUIRE_REVIEW)
     if held:
-        store_review.hold(conn, who.tenant, [r.id for r in receipts])
+        store_review.hold(conn, who.tenant, [r.id for r in receipts], captured_by=who.actor)
     _index(rt, conn, who.tenant, prepared, receipts)
     seq = audit.append(
         conn, tenant=who.tenant, operation="REMEMBER", actor=who.actor, agent=who.agent,
@@ -292,13 +315,34 @@ def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: 
         details={"count": len(receipts),
                  "superseded": sum(1 for r in receipts if r.superseded),
                  "placeholders_created": sorted({p for r in receipts for p in r.placeholders}),
-                 **({"status": "pending_review"} if held else {})},
+                 **({"status": "pending_review", "displaced": displaced} if held else {})},
     )
     for r in receipts:
         r.audit_seq = seq
         if held:
             r.status = "pending_review"
     return receipts
+
+
+def _next_version(conn: Conn, tenant: str, scope: str, key: str, now: datetime,
+                  held: bool) -> tuple[uuid.UUID | None, int, uuid.UUID | None]:
+    """Where a new version of ``key`` in ``scope`` goes: (``parent_id``, ``version``, the
+    row retired now). ``version`` is one more than the key's highest (rejected and
+    displaced versions count, so numbers are never reused); the parent is the key's
+    ``active`` version, else its pending one. A pending version of the key is displaced
+    (``superseded``, ``provenance.review = "displaced"``): the key waits on one
+    proposal, the newest. Without the gate (``held`` False) the active version is
+    superseded too; under it the active version stays."""
+    active, pending, top = store_review.key_versions(conn, tenant, scope, key)
+    parent = active or pending
+    retired = None
+    if pending is not None:
+        store_review.displace(conn, tenant, pending["id"], now)
+        retired = pending["id"]
+    if active is not None and not held:
+        store_memories.supersede(conn, tenant, scope, key, now)
+        retired = active["id"]
+    return (parent["id"] if parent else None), top + 1, retired
 
 
 def _index(rt: Runtime, conn: Conn, tenant: str, prepared: list[Prepared],
@@ -311,7 +355,8 @@ def _index(rt: Runtime, conn: Conn, tenant: str, prepared: list[Prepared],
     plain = not rt.settings.pii_pseudonymize
     graph.index(conn, tenant, [
         graph.mentions(r.id, _stored_texts(p),
-                       [(e.kind, e.value) for e in p.item.entities] if plain else [])
+                       [(e.kind, e.value) for e in p.item.entities] if plain else [],
+                       carried=p.used)
         for p, r in zip(prepared, receipts, strict=True)])
     # The nodes are locked now, so a forget that could shred one of these values has
     # either committed (seen here) or will see this write's support and keep it.

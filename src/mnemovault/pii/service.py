@@ -1,10 +1,9 @@
 """The PII capability (SPEC section 3): what callers do with personal values.
 
-- read-side pseudonymisation (:func:`translate`, :func:`redact`): text as it would have
-  been stored, lookups only;
-- output rendering (:func:`render`, :func:`placeholder_outputs`): shredded placeholders
-  become ``[erased]`` for everyone; with ``reveal`` (``pii:reveal``) the others become
-  their values, audited as ``REVEAL``;
+- read-side pseudonymisation (:func:`translate`, :func:`redact`; the translator is
+  :mod:`mnemovault.pii.translate`): text as it would have been stored, lookups only;
+- output rendering is the visibility rule's (:mod:`mnemovault.visibility`: who may see
+  and reveal what); :func:`placeholder_outputs` asks it in a transaction of its own;
 - the vault's entries (:func:`entries`, :func:`entry`, :func:`export`), crypto-shredding
   (:func:`shred`); KEK rotation is :mod:`mnemovault.pii.rotation`.
 
@@ -15,115 +14,31 @@ vault`; the SQL :mod:`mnemovault.store.pii`.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psycopg
 
 from mnemovault import validation as checked
+from mnemovault import visibility
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
 from mnemovault.errors import Forbidden, NotFound, ValidationError
-from mnemovault.models import Memory
-from mnemovault.pii.detect import KnownEntityIndex
-from mnemovault.pii.detect.base import _norm_gap, _norm_token, _spans, fold
-from mnemovault.pii.pseudonymise import Pseudonymiser
-from mnemovault.pii.vault import ERASED, PLACEHOLDER_RE
-from mnemovault.pii.vault import render as render_text
+from mnemovault.pii.translate import (  # noqa: F401 (the read side, re-exported)
+    NAME_TOKENS,
+    Translator,
+    ngram_fingerprints,
+    pseudonymiser,
+    translate,
+)
+from mnemovault.pii.vault import PLACEHOLDER_RE
 from mnemovault.runtime import Runtime
 from mnemovault.store import ledger as ledger_store
 from mnemovault.store import pii as store
-from mnemovault.store import subjects as subject_store
 
 MAX_PLACEHOLDER_CHARS = 64
 
 Conn = psycopg.Connection[Any]
-
-
-def pseudonymiser(rt: Runtime, conn: Conn, tenant: str, read_only: bool = False) -> Pseudonymiser:
-    """A pseudonymiser over the tenant's vault in ``conn``'s transaction."""
-    return Pseudonymiser(rt.pii, rt.detectors, conn, tenant, read_only=read_only)
-
-
-class Translator:
-    """Read-side pseudonymisation in one transaction: each call gives the text a value would
-    have been stored as (placeholders; lookups only, nothing is written). The tenant's
-    known-entity index is built once, on the first value that needs it, however many values
-    one operation translates (query, scope, subject, chat history...).
-
-    With ``names`` (short values: a subject, a scope, a key's limits) the index is never
-    loaded: each value gets an index of just the known values among the fingerprints of
-    its word n-grams (every n-gram the index's ``detect`` could look up, found through the
-    vault's fingerprint index), which finds in the value what the whole index would. A
-    value of more than :data:`NAME_TOKENS` word tokens goes through the whole index."""
-
-    def __init__(self, rt: Runtime, conn: Conn, tenant: str, *, names: bool = False) -> None:
-        self._rt, self._conn, self._tenant = rt, conn, tenant
-        self._ps: Pseudonymiser | None = None
-        self._names = names
-
-    @property
-    def pseudonymiser(self) -> Pseudonymiser:
-        if self._ps is None:
-            self._ps = pseudonymiser(self._rt, self._conn, self._tenant, read_only=True)
-        return self._ps
-
-    def __call__(self, value: str | None) -> str | None:
-        if value is None or not self._rt.settings.pii_pseudonymize:
-            return value
-        if self._names and self._ps is None:
-            ps = self._name_pseudonymiser(value)
-            if ps is not None:
-                return ps.rewrite(value, create=False).text
-        return self.pseudonymiser.rewrite(value, create=False).text
-
-    def _name_pseudonymiser(self, value: str) -> Pseudonymiser | None:
-        """A read-only pseudonymiser for ``value`` alone (class docstring), or None past
-        :data:`NAME_TOKENS` tokens."""
-        keys = self._rt.pii.existing_tenant_keys(self._conn, self._tenant)
-        if keys is None:  # an empty vault knows nothing: no index to load
-            return pseudonymiser(self._rt, self._conn, self._tenant, read_only=True)
-        fps = ngram_fingerprints(value, keys.fingerprint_key)
-        if fps is None:
-            return None
-        known = KnownEntityIndex(keys.fingerprint_key)
-        for r in subject_store.known_fingerprints(self._conn, self._tenant, fps):
-            known.add_fingerprint(r["kind"], bytes(r["fingerprint"]), r["ntokens"] or 1,
-                                  bytes(r["head"]) if r["head"] is not None else None)
-        return Pseudonymiser(self._rt.pii, self._rt.detectors, self._conn, self._tenant,
-                             read_only=True, known=known)
-
-
-NAME_TOKENS = 64
-"""Word tokens up to which a :class:`Translator` with ``names`` looks values up by n-gram."""
-
-
-def ngram_fingerprints(value: str, secret: bytes) -> set[bytes] | None:
-    """Every fingerprint :meth:`mnemovault.pii.detect.KnownEntityIndex.detect` could look up
-    in ``value`` (as :func:`mnemovault.pii.detect.detect_all` shows it to the detectors:
-    folded), i.e. of each word n-gram in its normal form under ``secret``; None past
-    :data:`NAME_TOKENS` tokens."""
-    view, _ = fold(value)
-    spans = _spans(view)
-    if len(spans) > NAME_TOKENS:
-        return None
-    toks = [_norm_token(view[s:e]) for s, e in spans]
-    gaps = [_norm_gap(view[spans[j][1]:spans[j + 1][0]]) for j in range(len(spans) - 1)]
-    out: set[bytes] = set()
-    for i in range(len(spans)):
-        norm = toks[i]
-        out.add(hmac.digest(secret, norm.encode("utf-8"), hashlib.sha256))
-        for j in range(i + 1, len(spans)):
-            norm = norm + gaps[j - 1] + toks[j]
-            out.add(hmac.digest(secret, norm.encode("utf-8"), hashlib.sha256))
-    return out
-
-
-def translate(rt: Runtime, conn: Conn, tenant: str, value: str | None) -> str | None:
-    """One value through a :class:`Translator` (use one Translator for several)."""
-    return Translator(rt, conn, tenant)(value)
 
 
 def redact(rt: Runtime, who: Principal, texts: Sequence[str]) -> list[str]:
@@ -139,19 +54,16 @@ def redact(rt: Runtime, who: Principal, texts: Sequence[str]) -> list[str]:
 
 def stored_limits(rt: Runtime, conn: Conn, who: Principal,
                   tr: Translator | None = None) -> tuple[str | None, str | None]:
-    """The principal's scope and subject limits as stored (pseudonymised), or None."""
-    tr = tr or Translator(rt, conn, who.tenant)
-    return tr(who.scope), tr(who.subject)
+    """The principal's scope and subject limits as stored (pseudonymised), or None
+    (:func:`mnemovault.visibility.view`)."""
+    v = visibility.view(rt, conn, who, tr=tr)
+    return v.scope, v.subject
 
 
 def within_limits(rt: Runtime, conn: Conn, who: Principal, row: dict[str, Any]) -> bool:
     """Whether a stored memory row (``scope``, ``subject_id``) lies within the key's
-    limits (always, for an unlimited key)."""
-    if not who.limited:
-        return True
-    scope, subject = stored_limits(rt, conn, who)
-    return ((scope is None or row["scope"] == scope)
-            and (subject is None or row["subject_id"] == subject))
+    limits (:meth:`mnemovault.visibility.View.within`)."""
+    return not who.limited or visibility.view(rt, conn, who).within(row)
 
 
 def query_placeholders(rt: Runtime, conn: Conn, tenant: str, query: str,
@@ -170,84 +82,56 @@ def query_placeholders(rt: Runtime, conn: Conn, tenant: str, query: str,
     return (sorted(live & set(detected)), sorted(live & set(typed)))
 
 
-def render(rt: Runtime, conn: Conn, who: Principal, memories: list[Memory], *,
-           reveal: bool, request_id: str | None = None) -> list[Memory]:
-    """Output rendering (SPEC section 3): shredded placeholders become ``[erased]`` for
-    every caller; with ``reveal`` (needs ``pii:reveal``) the others become their original
-    values, and a ``REVEAL`` audit row names the placeholders and memories."""
-    fields = ("content", "subject", "key", "scope")
-    found = {m.group(0) for mem in memories for fld in fields
-             for m in PLACEHOLDER_RE.finditer(getattr(mem, fld) or "")}
-    if not found:
-        return memories
-    if reveal:
-        who.require("pii:reveal")
-        values = rt.pii.reveal_values(conn, who.tenant, found)
-        erased: set[str] = set()
-        audit.append(conn, tenant=who.tenant, operation="REVEAL", actor=who.actor,
-                     agent=who.agent, memory_ids=[str(m.id) for m in memories],
-                     request_id=request_id,
-                     details={"placeholders": sorted(values), "count": len(values)})
-    else:
-        values, erased = {}, rt.pii.erased_placeholders(conn, found)
-        if not erased:
-            return memories
-    return [m.model_copy(update={fld: render_text(getattr(m, fld), values, erased)
-                                 for fld in fields if getattr(m, fld)})
-            for m in memories]
+def render(rt: Runtime, conn: Conn, who: Principal, memories: list[Any], *,
+           reveal: bool, request_id: str | None = None) -> list[Any]:
+    """Output rendering for the ``read`` view (:meth:`mnemovault.visibility.View.render`);
+    paths with another purpose open their own view."""
+    return visibility.view(rt, conn, who).render(memories, reveal=reveal,
+                                                 request_id=request_id)
 
 
 def placeholder_outputs(rt: Runtime, who: Principal, placeholders: Iterable[str], *,
-                        reveal: bool = False, request_id: str | None = None) -> dict[str, str]:
-    """How each placeholder is shown to this caller: ``[erased]`` when shredded (for
-    everyone), its original value with ``reveal`` (``pii:reveal``; a ``REVEAL`` audit row
-    names the placeholders), else absent (it stays as it is)."""
-    wanted = sorted(set(placeholders))
+                        reveal: bool = False, request_id: str | None = None,
+                        trigger: str = "chat") -> dict[str, str]:
+    """How each placeholder is shown to this caller, in a transaction of its own
+    (:meth:`mnemovault.visibility.View.outputs`: ``[erased]`` when shredded, the value
+    with ``reveal`` when the caller may reveal it, else absent)."""
     if reveal:
         who.require("pii:reveal")
+    wanted = sorted(set(placeholders))
     if not wanted:
         return {}
     with rt.db.transaction(who.tenant) as conn:
-        if reveal:
-            values = rt.pii.reveal_values(conn, who.tenant, wanted)
-            if values:
-                audit.append(conn, tenant=who.tenant, operation="REVEAL", actor=who.actor,
-                             agent=who.agent, request_id=request_id, trigger="chat",
-                             details={"placeholders": sorted(values), "count": len(values)})
-            return values
-        return {p: ERASED for p in rt.pii.erased_placeholders(conn, wanted)}
+        return visibility.view(rt, conn, who).outputs(wanted, reveal=reveal,
+                                                       request_id=request_id,
+                                                       trigger=trigger)
 
 
 # -- the vault's entries -------------------------------------------------------------------
-def _entry_within(rt: Runtime, conn: Conn, who: Principal, placeholder: str) -> bool:
-    if not who.limited:
-        return True
-    scope, subject = stored_limits(rt, conn, who)
-    return bool(store.used_within(conn, who.tenant, [placeholder], scope=scope,
-                                  subject=subject))
-
-
 def entries(rt: Runtime, who: Principal, *, limit: int = 50,
             cursor: str | None = None) -> list[dict[str, Any]]:
     """Vault entries, metadata only (placeholder, kind, created, shredded), ordered by
     placeholder; ``cursor`` = the last placeholder seen. Needs ``memory:read``. A key
-    limited to a scope or subject sees the entries its memories use."""
+    limited to a scope or subject sees the entries records it may see carry
+    (:meth:`mnemovault.visibility.View.entry_page`)."""
     who.require("memory:read")
     if not isinstance(limit, int) or not 1 <= limit <= 100:
         raise ValidationError("limit: must be an integer in 1..100", field="limit")
     after = checked.optional_name(cursor, "cursor", max_len=MAX_PLACEHOLDER_CHARS) or ""
     with rt.db.transaction(who.tenant) as conn:
-        scope, subject = stored_limits(rt, conn, who)
-        return store.entries(conn, who.tenant, after=after, limit=limit, limited=who.limited,
-                             scope=scope, subject=subject)
+        return visibility.view(rt, conn, who).entry_page(after=after, limit=limit)
 
 
 def entry(rt: Runtime, who: Principal, placeholder: str, *, reveal: bool = False,
           request_id: str | None = None) -> dict[str, Any]:
-    """One entry; with ``reveal`` (``pii:reveal``) its value too, audited.
+    """One entry; with ``reveal`` (``pii:reveal``) its ``value`` too, audited, when the
+    caller may reveal it (:meth:`mnemovault.visibility.View.revealable`: a limited key
+    only through a record within its limits that carries the value); otherwise the entry
+    comes without a value, as for a caller who did not ask.
 
     Raises:
-        NotFound: no such placeholder in this tenant.
+        NotFound: no such placeholder in this tenant (or, for a limited key, no record it
+            may see carries it: :meth:`mnemovault.visibility.View.entries_shown`).
     """
     who.require("memory:read")
     placeholder = checked.name(placeholder, "placeholder", max_len=MAX_PLACEHOLDER_CHARS)
@@ -255,14 +139,16 @@ def entry(rt: Runtime, who: Principal, placeholder: str, *, reveal: bool = False
         who.require("pii:reveal")
     with rt.db.transaction(who.tenant) as conn:
         row = store.entry(conn, who.tenant, placeholder)
-        if row is None or not _entry_within(rt, conn, who, placeholder):
+        v = visibility.view(rt, conn, who)
+        if row is None or placeholder not in v.entries_shown([placeholder]):
             raise NotFound("placeholder: no such vault entry", field="placeholder")
+        out = v.entry_rows([dict(row)])[0]
         if reveal:
-            row["value"] = rt.pii.reveal_values(conn, who.tenant, [placeholder])[placeholder]
-            audit.append(conn, tenant=who.tenant, operation="REVEAL", actor=who.actor,
-                         agent=who.agent, request_id=request_id, trigger="vault",
-                         details={"placeholders": [placeholder], "count": 1})
-        return dict(row)
+            shown = v.outputs([placeholder], reveal=True, request_id=request_id,
+                              trigger="vault")
+            if placeholder in shown:
+                out["value"] = shown[placeholder]
+        return out
 
 
 def shred(rt: Runtime, who: Principal, placeholders: Sequence[str], *,

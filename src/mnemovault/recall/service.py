@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError as PydanticValidationError
 
 from mnemovault import validation as checked
+from mnemovault import visibility
 from mnemovault.auth import Principal
 from mnemovault.errors import ValidationError
 from mnemovault.models import Hit, Memory, RecallFilters
@@ -120,9 +121,8 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
         if not ids:
             return []
         rows = memory_store.by_ids(conn, who.tenant, ids, touch=False)
-        by_id = {m.id: m for m in pii.render(
-            rt, conn, who, [Memory.from_row(r) for r in rows], reveal=reveal,
-            request_id=request_id)}
+        by_id = {m.id: m for m in visibility.view(rt, conn, who, "recall", tr=tr).render(
+            [Memory.from_row(r) for r in rows], reveal=reveal, request_id=request_id)}
     if touch:  # access statistics: a short transaction of its own, off the read path
         with rt.db.transaction(who.tenant) as conn:
             memory_store.touch(conn, who.tenant, ids)

@@ -20,6 +20,7 @@ import uuid
 from datetime import datetime
 
 from mnemovault import validation as checked
+from mnemovault import visibility
 from mnemovault.auth import Principal
 from mnemovault.chat.context import RULE, fence, new_nonce
 from mnemovault.errors import ValidationError
@@ -73,7 +74,7 @@ def wake(rt: Runtime, who: Principal, *, scope: str, subject: str | None = None,
                 if row["id"] not in seen:
                     seen[row["id"]] = Memory.from_row(row)
                     why[row["id"]] = reason
-        ordered = pii.render(rt, conn, who, list(seen.values()), reveal=False)
+        ordered = visibility.view(rt, conn, who, "recall", tr=tr).render(list(seen.values()))
     nonce = new_nonce()
     used = tokens(RULE)
     chosen: list[Memory] = []
@@ -138,7 +139,7 @@ def timeline(rt: Runtime, who: Principal, *, scope: str, subject: str | None = N
         rows = store.timeline(conn, who.tenant, scope=tr(scope) or scope, subject=tr(subject),
                               since=times["since"], until=times["until"], after=after,
                               limit=limit + 1)
-        items = pii.render(rt, conn, who, [Memory.from_row(r) for r in rows[:limit]],
-                           reveal=False)
+        items = visibility.view(rt, conn, who, "recall", tr=tr).render(
+            [Memory.from_row(r) for r in rows[:limit]])
     return TimelinePage(items=items, next_cursor=_cursor(items[-1]) if len(rows) > limit
                         else None)

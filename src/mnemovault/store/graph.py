@@ -132,10 +132,10 @@ def neighbours(conn: psycopg.Connection[Any], tenant: str,
 
 
 def insert_node_support(conn: psycopg.Connection[Any], tenant: str,
-                        rows: Sequence[tuple[str, uuid.UUID]]) -> None:
-    """Insert ``(node_id, memory_id)`` node support rows in the order given (existing ones
-    ignored). Returns nothing."""
-    _insert(conn, "graph_node_support (tenant_id, node_id, memory_id)", tenant, rows)
+                        rows: Sequence[tuple[str, uuid.UUID, bool]]) -> None:
+    """Insert ``(node_id, memory_id, quoted)`` node support rows in the order given
+    (existing ones ignored). Returns nothing."""
+    _insert(conn, "graph_node_support (tenant_id, node_id, memory_id, quoted)", tenant, rows)
 
 
 def insert_edge_support(conn: psycopg.Connection[Any], tenant: str,

@@ -119,14 +119,14 @@ def touch(conn: Conn, tenant: str, ids: Sequence[uuid.UUID]) -> None:
 
 
 def page(conn: Conn, tenant: str, *, scope: str | None, subject: str | None,
-         include_superseded: bool, cursor: uuid.UUID | None, limit: int,
+         visible: str, params: dict[str, Any], cursor: uuid.UUID | None, limit: int,
          flagged_by: str | None = None) -> list[dict[str, Any]]:
-    """At most ``limit`` rows in id order (oldest first), after ``cursor`` when given; with
-    ``flagged_by``, only rows whose provenance has that key (the sanitiser's label)."""
-    params: dict[str, Any] = {"limit": limit, "tenant": tenant}
-    clauses: list[str] = ["tenant_id = %(tenant)s" + _limits(params, scope, subject)]
-    if not include_superseded:
-        clauses.append("status <> 'superseded'")
+    """At most ``limit`` rows in id order (oldest first), after ``cursor`` when given, that
+    satisfy ``visible`` (a view's condition, :meth:`mnemovault.visibility.View.clause`,
+    whose values are in ``params``); with ``flagged_by``, only rows whose provenance has
+    that key (the sanitiser's label)."""
+    params = {**params, "limit": limit, "tenant": tenant}
+    clauses: list[str] = ["tenant_id = %(tenant)s" + _limits(params, scope, subject) + visible]
     if cursor is not None:
         clauses.append("id > %(cursor)s")
         params["cursor"] = cursor
@@ -291,10 +291,12 @@ def versions_and_derived_closure(conn: Conn, tenant: str, start: set[uuid.UUID],
 
 
 def preview_rows(conn: Conn, tenant: str, ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
-    """``id``, ``scope``, ``type``, ``archived``, ``status``, ``created_at`` and ``content``
+    """``id``, ``scope``, ``subject_id``, ``type``, ``archived``, ``status``, ``created_at``
+    and ``content``
     (at most 1000 characters) of ``ids``, in id order."""
     return conn.execute(
-        "SELECT id, scope, type, archived, status, created_at, left(content, 1000) AS content "
+        "SELECT id, scope, subject_id, type, archived, status, created_at, "
+        "left(content, 1000) AS content "
         "FROM memories WHERE tenant_id = %s AND id = ANY(%s) ORDER BY id",
         (tenant, list(ids))).fetchall()
 

@@ -198,21 +198,6 @@ def _used(conn: Conn, tenant: str, placeholders: Sequence[str], inner: str,
     return {r["placeholder"] for r in rows}
 
 
-def entries(conn: Conn, tenant: str, *, after: str, limit: int, limited: bool = False,
-            scope: str | None = None, subject: str | None = None) -> list[dict[str, Any]]:
-    """``placeholder``, ``kind``, ``created_at``, ``shredded_at`` of up to ``limit`` entries
-    after ``after``, by placeholder; with ``limited``, only those a memory of ``scope``
-    and/or ``subject`` (as stored) uses."""
-    where, params = "", list[Any]()
-    if limited:
-        inner, params = _limits(scope, subject)
-        where = " AND " + _USED_BY.format(where=inner)
-    return conn.execute(
-        "SELECT placeholder, kind, created_at, shredded_at FROM pii_values v "
-        f"WHERE v.tenant_id = %s AND placeholder > %s{where} ORDER BY placeholder LIMIT %s",
-        (tenant, after, *params, limit)).fetchall()
-
-
 def used_within(conn: Conn, tenant: str, placeholders: Sequence[str], *, scope: str | None,
                 subject: str | None) -> set[str]:
     """Those of ``placeholders`` a memory of ``scope`` and/or ``subject`` uses."""

@@ -125,13 +125,17 @@ def lock_memory(conn: Conn, tenant: str, memory_id: uuid.UUID) -> dict[str, Any]
 
 
 def replace_content(conn: Conn, tenant: str, memory_id: uuid.UUID, content: str,
-                    embedding: Any, now: datetime) -> dict[str, Any]:
+                    embedding: Any, now: datetime, *,
+                    flags: str | None = None) -> dict[str, Any]:
     """Replace a memory's content and embedding in place (a rectification): the version
-    goes up by one, ``updated_at`` is ``now``; the new row (COLUMNS)."""
+    goes up by one, ``updated_at`` is ``now``; ``flags`` (not None) sets the injection
+    sanitiser's label (``provenance.injection_flags``). The new row (COLUMNS)."""
     row = conn.execute(
         f"UPDATE memories SET content = %s, embedding = %s, version = version + 1, "
-        f"updated_at = %s WHERE tenant_id = %s AND id = %s RETURNING {COLUMNS}",
-        (content, embedding, now, tenant, memory_id)).fetchone()
+        f"updated_at = %s, provenance = CASE WHEN %s::text IS NULL THEN provenance ELSE "
+        f"coalesce(provenance, '{{}}'::jsonb) || jsonb_build_object('injection_flags', "
+        f"%s::text) END WHERE tenant_id = %s AND id = %s RETURNING {COLUMNS}",
+        (content, embedding, now, flags, flags, tenant, memory_id)).fetchone()
     assert row is not None
     return row
 

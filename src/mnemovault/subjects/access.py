@@ -65,6 +65,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mnemovault import validation as checked
+from mnemovault import visibility
 from mnemovault.audit import log as audit
 from mnemovault.audit.chain import format_ts
 from mnemovault.auth import Principal
@@ -126,7 +127,8 @@ def list_memories(rt: Runtime, who: Principal, subject: str, *, scope: str, limi
                      if (after is None or i > after) and (upper is None or i <= upper)]
         ids = sorted({*own, *visible(rt, conn, who, extra, tr)})[: limit + 1]
         rows = subject_store.rows(conn, who.tenant, ids[:limit])
-        items = pii.render(rt, conn, who, [Memory.from_row(r) for r in rows], reveal=False)
+        items = visibility.view(rt, conn, who, "subject", tr=tr).render(
+            [Memory.from_row(r) for r in rows])
     return Page(items=items, next_cursor=items[-1].id if len(ids) > limit else None)
 
 
@@ -155,15 +157,19 @@ def export(rt: Runtime, who: Principal, subject: str, *, scope: str, reveal: boo
         ids = [r["id"] for r in rows]
         sources = subject_store.lineage_sources(conn, who.tenant, ids)
         procs, runs = _procedural(conn, target)
-        memories = pii.render(rt, conn, who, [Memory.from_row(r) for r in rows],
-                              reveal=reveal, request_id=request_id)
         found = {m.group(0) for r in rows
                  for f in ("content", "scope", "subject_id", "key")
                  for m in PLACEHOLDER_RE.finditer(r[f] or "")}
         found |= {m.group(0) for t in (target.scope, target.subject, *_strings([procs, runs]))
                   for m in PLACEHOLDER_RE.finditer(t or "")}
-        entries = subject_store.vault_entries(conn, who.tenant, sorted(found))
-        values = rt.pii.reveal_values(conn, who.tenant, found) if reveal else {}
+        v = visibility.view(rt, conn, who, "subject", tr=tr)
+        entries = v.entry_rows(subject_store.vault_entries(conn, who.tenant,
+                                                           sorted(v.entries_shown(found))))
+        # one REVEAL row for the whole document (memories, procedures, runs, entries)
+        outputs = v.outputs(found, reveal=reveal, request_id=request_id,
+                            memory_ids=[str(i) for i in ids])
+        memories = visibility.apply([Memory.from_row(r) for r in rows], outputs)
+        values = outputs if reveal else {}
         erased = {e["placeholder"] for e in entries if e["shredded_at"] is not None}
         seq = audit.append(
             conn, tenant=who.tenant, operation="SUBJECT_EXPORT", actor=who.actor,
@@ -205,8 +211,8 @@ def export(rt: Runtime, who: Principal, subject: str, *, scope: str, reveal: boo
 
 def visible(rt: Runtime, conn: Any, who: Principal, ids: list[uuid.UUID],
             tr: pii.Translator | None = None) -> list[uuid.UUID]:
-    """Those of ``ids`` within the key's limits (:func:`mnemovault.pii.service.
-    within_limits`), in the given order; all of them for an unlimited key."""
+    """Those of ``ids`` within the key's limits (:meth:`mnemovault.visibility.View.
+    within`), in the given order; all of them for an unlimited key."""
     if not who.limited or not ids:
         return ids
     inside = _within(rt, conn, who, tr)
@@ -216,13 +222,11 @@ def visible(rt: Runtime, conn: Any, who: Principal, ids: list[uuid.UUID],
 
 def _within(rt: Runtime, conn: Any, who: Principal,
             tr: pii.Translator | None) -> Callable[[dict[str, Any]], bool]:
-    """Whether a stored row lies within the key's limits (the rule of :func:`mnemovault.
-    pii.service.within_limits`), the limits translated once, not once a row."""
+    """Whether a stored row lies within the key's limits (:meth:`mnemovault.visibility.
+    View.within`), the limits translated once, not once a row."""
     if not who.limited:
         return lambda row: True
-    scope, subject = pii.stored_limits(rt, conn, who, tr)
-    return lambda row: ((scope is None or row["scope"] == scope)
-                        and (subject is None or row["subject_id"] == subject))
+    return visibility.view(rt, conn, who, "subject", tr=tr).within
 
 
 def _procedural(conn: Any, target: forget_mod.Target
