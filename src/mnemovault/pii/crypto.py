@@ -341,7 +341,9 @@ def _write_file(path: Path, keys: dict[int, bytes], current: int, *,
     """Replace ``path`` by a key file of ``keys`` and ``current``: a temp file of its own
     (mode 0600) in the same directory, fsync, rename over ``path`` (``exclusive``: a hard
     link that fails if ``path`` exists, then None is returned and nothing changed), fsync
-    of the directory. Returns the new file's identity."""
+    of the directory. Temp files that a writer killed before its rename left behind (each a
+    copy of the keys, retired versions included) are removed with it. Returns the new
+    file's identity."""
     body = json.dumps({"current": current,
                        "keys": {str(v): base64.b64encode(k).decode()
                                 for v, k in sorted(keys.items())}}).encode()
@@ -363,6 +365,10 @@ def _write_file(path: Path, keys: dict[int, bytes], current: int, *,
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+    if not exclusive:  # a rotation killed before its rename left a copy of the keys
+        for stale in path.parent.glob(f".{path.name}.*.tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
     _fsync_dir(path.parent)
     return _stamp(os.stat(path)) if exclusive else _stamp(st)
 
