@@ -15,7 +15,8 @@ run_retention(_all)         :mod:`~mnemovault.governance.retention`)
 chat, chat_stream           :mod:`mnemovault.chat.service` (commands in
                             :mod:`mnemovault.governance.commands`)
 redact, placeholder_outputs,:mod:`mnemovault.pii.service`
-vault_*, shred, rotate_kek
+vault_*, shred
+rotate_kek                  :mod:`mnemovault.pii.rotation`
 ensure_tenant, create_key,  :mod:`mnemovault.keys`
 authenticate, list_keys,
 get_key, revoke_key
@@ -68,6 +69,7 @@ from mnemovault.models import (
     TimelinePage,
     WakeState,
 )
+from mnemovault.pii import rotation
 from mnemovault.pii import service as pii
 from mnemovault.pii.crypto import KeyRing
 from mnemovault.pii.detect import Detector
@@ -387,8 +389,9 @@ class MemoryVault:
 
     def rotate_kek(self, *, retire: bool = False) -> dict[str, Any]:
         """Operator path: a new KEK version, every DEK rewrapped; ``retire`` destroys the
-        old versions. See :func:`mnemovault.pii.service.rotate_kek`."""
-        return pii.rotate_kek(self.rt, retire=retire)
+        old versions; safe while other processes serve. See
+        :func:`mnemovault.pii.rotation.rotate_kek`."""
+        return rotation.rotate_kek(self.rt, retire=retire)
 
     # -- sections (mnemovault.facade): mv.procedures.capture(...), mv.subjects.erase(...) --
     procedures = section(ProceduresSection)

@@ -5,7 +5,7 @@
 - output rendering is the visibility rule's (:mod:`mnemovault.visibility`: who may see
   and reveal what); :func:`placeholder_outputs` asks it in a transaction of its own;
 - the vault's entries (:func:`entries`, :func:`entry`, :func:`export`), crypto-shredding
-  (:func:`shred`) and KEK rotation (:func:`rotate_kek`).
+  (:func:`shred`); KEK rotation is :mod:`mnemovault.pii.rotation`.
 
 The write path's pseudonymisation step is :func:`mnemovault.memories.write.pseudonymise`;
 detection is :mod:`mnemovault.pii.detect`; the encryption recipes :mod:`mnemovault.pii.
@@ -24,7 +24,6 @@ from mnemovault import visibility
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
 from mnemovault.errors import Forbidden, NotFound, ValidationError
-from mnemovault.pii.crypto import Sealed, dek_aad, open_sealed, seal, secret_aad
 from mnemovault.pii.translate import (  # noqa: F401 (the read side, re-exported)
     NAME_TOKENS,
     Translator,
@@ -199,52 +198,3 @@ def export(rt: Runtime, who: Principal, *,
         audit.append(conn, tenant=who.tenant, operation="VAULT_EXPORT", actor=who.actor,
                      agent=who.agent, request_id=request_id, details={"count": len(rows)})
     return [{**r, "value": values[r["placeholder"]]} for r in rows]
-
-
-def rotate_kek(rt: Runtime, *, retire: bool = False) -> dict[str, Any]:
-    """Operator path (the database owner's connection): make a new KEK version current and
-    rewrap every DEK and tenant secret under it, one tenant per transaction (its secret,
-    its DEKs and its ``KEK_ROTATE`` audit row commit together: on Citus one shard, no
-    two-phase commit); ciphertexts are not touched. A failure leaves the tenants before it
-    rewrapped and the rest under their old version (both open: the old versions stay in
-    the key file), and a re-run finishes them. With ``retire`` the old versions are then
-    destroyed (removed from the key file), so a wrapped DEK left in old table pages, WAL
-    or a backup can no longer be opened; only after every tenant is done."""
-    from psycopg.rows import dict_row
-
-    from mnemovault.store.db import owner_connection
-
-    keyring = rt.keyring
-    old_versions = sorted(keyring.keys)
-    new = keyring.add_version()
-    counts: dict[str, int] = {}
-    new_key = keyring.current_key
-    with owner_connection(rt.db.url, row_factory=dict_row) as conn:
-        for t in store.tenants_not_under(conn, new):
-            conn.commit()  # each tenant in a transaction of its own
-            with conn.transaction():
-                for r in store.secrets_not_under(conn, new, t):
-                    secret = open_sealed(keyring.kek(r["kek_version"]),
-                                         Sealed(bytes(r["nonce"]), bytes(r["wrapped_secret"])),
-                                         secret_aad(t, r["kek_version"]))
-                    sealed = seal(new_key, secret, secret_aad(t, new))
-                    store.rewrap_secret(conn, t, new, sealed.nonce, sealed.ciphertext)
-                n = 0
-                for r in store.deks_not_under(conn, new, t):
-                    ph = r["placeholder"]
-                    dek = open_sealed(keyring.kek(r["kek_version"]),
-                                      Sealed(bytes(r["nonce"]), bytes(r["wrapped_dek"])),
-                                      dek_aad(t, ph, r["kek_version"]))
-                    sealed = seal(new_key, dek, dek_aad(t, ph, new))
-                    store.rewrap_dek(conn, t, ph, new, sealed.nonce, sealed.ciphertext)
-                    n += 1
-                if n:
-                    store.set_tenant(conn, t)
-                    audit.append(conn, tenant=t, operation="KEK_ROTATE", actor="operator",
-                                 details={"kek_version": new, "rewrapped": n,
-                                          "retire": retire})
-                    counts[t] = n
-    if retire:
-        keyring.retire([v for v in old_versions if v != new])
-    return {"kek_version": new, "rewrapped": sum(counts.values()),
-            "tenants": len(counts), "retired": old_versions if retire else []}

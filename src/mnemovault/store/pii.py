@@ -226,7 +226,46 @@ def live_entries(conn: Conn, tenant: str) -> list[dict[str, Any]]:
         (tenant,)).fetchall()
 
 
-# -- key-encryption keys (operator paths: the owner's connection, every tenant) -----------
+# -- key-encryption keys ---------------------------------------------------------------------
+# Lock protocol of a live rotation (mnemovault.pii.rotation): every transaction that wraps a
+# new data key or tenant secret takes WRAP_LOCK in share mode *before* it picks the KEK
+# version (:func:`lock_wrap`); the rotation's retire takes it exclusively
+# (:func:`lock_retire`), so once it holds it every wrap under an old version has committed
+# (and is seen by its final check) and none can start until the key file no longer holds
+# that version. ROTATION_LOCK (a session lock on the owner's connection) lets one rotation
+# run at a time. Both are advisory locks on the server the application connects to (the
+# coordinator on Citus).
+WRAP_LOCK = 0x6D76_6B65_6B77  # "mvkekw"
+ROTATION_LOCK = 0x6D76_6B65_6B72  # "mvkekr"
+
+
+def lock_wrap(conn: Conn) -> None:
+    """Take the wrap lock in share mode until the end of the transaction (a writer, before
+    it picks the KEK version of a new data key or tenant secret)."""
+    conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (WRAP_LOCK,))
+
+
+def lock_retire(conn: Conn, timeout_ms: int) -> None:
+    """Take the wrap lock exclusively until the end of the transaction, waiting at most
+    ``timeout_ms`` for the writers that hold it (new ones queue behind this request).
+
+    Raises:
+        psycopg.errors.LockNotAvailable: they did not finish in time (the transaction is
+            aborted)."""
+    conn.execute(f"SET LOCAL lock_timeout = {int(timeout_ms)}")
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRAP_LOCK,))
+    conn.execute("SET LOCAL lock_timeout = 0")
+
+
+def try_lock_rotation(conn: Conn) -> bool:
+    """Take the rotation's session lock on ``conn`` (autocommit; held until the connection
+    closes, also when its process is killed); False when another rotation holds it."""
+    row = conn.execute("SELECT pg_try_advisory_lock(%s) AS got", (ROTATION_LOCK,)).fetchone()
+    assert row is not None
+    return bool(row["got"] if isinstance(row, dict) else row[0])
+
+
+# operator paths: the owner's connection, every tenant
 def kek_versions_in_use(url: str) -> set[int]:
     """Every KEK version a wrapped DEK or tenant secret uses."""
     with owner_connection(url, autocommit=True) as conn:
