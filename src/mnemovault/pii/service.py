@@ -52,20 +52,6 @@ def redact(rt: Runtime, who: Principal, texts: Sequence[str]) -> list[str]:
         return [tr(t) or t for t in texts]
 
 
-def stored_limits(rt: Runtime, conn: Conn, who: Principal,
-                  tr: Translator | None = None) -> tuple[str | None, str | None]:
-    """The principal's scope and subject limits as stored (pseudonymised), or None
-    (:func:`mnemovault.visibility.view`)."""
-    v = visibility.view(rt, conn, who, tr=tr)
-    return v.scope, v.subject
-
-
-def within_limits(rt: Runtime, conn: Conn, who: Principal, row: dict[str, Any]) -> bool:
-    """Whether a stored memory row (``scope``, ``subject_id``) lies within the key's
-    limits (:meth:`mnemovault.visibility.View.within`)."""
-    return not who.limited or visibility.view(rt, conn, who).within(row)
-
-
 def query_placeholders(rt: Runtime, conn: Conn, tenant: str, query: str,
                        tr: Translator | None = None) -> tuple[list[str], list[str]]:
     """The live vault placeholders a query names: (values whose original appears in it,
@@ -80,14 +66,6 @@ def query_placeholders(rt: Runtime, conn: Conn, tenant: str, query: str,
         return [], []
     live = store.live_among(conn, tenant, wanted)
     return (sorted(live & set(detected)), sorted(live & set(typed)))
-
-
-def render(rt: Runtime, conn: Conn, who: Principal, memories: list[Any], *,
-           reveal: bool, request_id: str | None = None) -> list[Any]:
-    """Output rendering for the ``read`` view (:meth:`mnemovault.visibility.View.render`);
-    paths with another purpose open their own view."""
-    return visibility.view(rt, conn, who).render(memories, reveal=reveal,
-                                                 request_id=request_id)
 
 
 def placeholder_outputs(rt: Runtime, who: Principal, placeholders: Iterable[str], *,
@@ -166,9 +144,9 @@ def shred(rt: Runtime, who: Principal, placeholders: Sequence[str], *,
                               field="placeholders")
     with rt.db.transaction(who.tenant) as conn:
         if who.limited:
-            scope, subject = stored_limits(rt, conn, who)
-            inside = store.used_within(conn, who.tenant, wanted, scope=scope, subject=subject)
-            if inside != set(wanted):
+            v = visibility.view(rt, conn, who)
+            scope, subject = v.scope, v.subject
+            if v.entries_shown(wanted) != set(wanted):  # as entry(): quoting is not enough
                 raise NotFound("placeholders: no such vault entry within this key's limits",
                                field="placeholders")
             if store.used_outside(conn, who.tenant, wanted, scope=scope, subject=subject):

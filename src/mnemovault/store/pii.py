@@ -199,12 +199,6 @@ def _used(conn: Conn, tenant: str, placeholders: Sequence[str], inner: str,
     return {r["placeholder"] for r in rows}
 
 
-def used_within(conn: Conn, tenant: str, placeholders: Sequence[str], *, scope: str | None,
-                subject: str | None) -> set[str]:
-    """Those of ``placeholders`` a memory of ``scope`` and/or ``subject`` uses."""
-    return _used(conn, tenant, placeholders, *_limits(scope, subject))
-
-
 def used_outside(conn: Conn, tenant: str, placeholders: Sequence[str], *, scope: str | None,
                  subject: str | None) -> set[str]:
     """Those of ``placeholders`` a memory outside ``scope`` / ``subject`` also uses."""

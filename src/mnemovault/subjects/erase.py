@@ -39,6 +39,7 @@ from typing import Any
 import psycopg
 
 from mnemovault import validation as checked
+from mnemovault import visibility
 from mnemovault.audit import log as audit_log
 from mnemovault.audit.chain import format_ts, keyed_fingerprint
 from mnemovault.auth import Principal
@@ -165,7 +166,8 @@ def _check_reach(rt: Runtime, conn: psycopg.Connection[Any], who: Principal,
     """
     res = forget_mod.resolve_target(conn, target, lock=True)
     extra = [*res.versions, *res.derived]
-    if extra and not all(pii.within_limits(rt, conn, who, r)
+    view = visibility.view(rt, conn, who, "subject")
+    if extra and not all(view.within(r)
                          for r in subject_store.rows(conn, who.tenant, extra)):
         raise Forbidden("subject: this erase would also remove memories outside this key's "
                         "limits (derived from or versions of the subject's memories); it "
