@@ -302,7 +302,8 @@ def _body_rule(e: dict[str, Any]) -> tuple[str, str]:
 
 def create_app(vault: MemoryVault) -> FastAPI:
     """Build the app around an open vault (the caller owns its lifecycle)."""
-    vault.subjects.ensure_checked()  # a database behind its erasure ledger: re-erased first
+    if vault is not None:  # (None: the OpenAPI document only)
+        vault.subjects.ensure_checked()  # a database behind its erasure ledger: re-erased
     app = FastAPI(title="mnemovault", version=__version__,
                   description="Governed long-term memory for AI agents.",
                   dependencies=[Depends(reject_unknown_query)], responses=ERROR_RESPONSES,

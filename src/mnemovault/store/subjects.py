@@ -31,6 +31,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from mnemovault.errors import Conflict
 from mnemovault.store.memories import COLUMNS
@@ -153,12 +154,16 @@ def replace_content(conn: Conn, tenant: str, memory_id: uuid.UUID, content: str,
     """Replace a memory's content and embedding in place (a rectification): the version
     goes up by one, ``updated_at`` is ``now``; ``flags`` (not None) sets the injection
     sanitiser's label (``provenance.injection_flags``). The new row (COLUMNS)."""
+    # decided here, not in SQL: Citus refuses a CASE holding a non-immutable function in
+    # an UPDATE of a distributed table
+    label = ("" if flags is None else
+             ", provenance = coalesce(provenance, '{}'::jsonb) || %(label)s")
     row = conn.execute(
-        f"UPDATE memories SET content = %s, embedding = %s, version = version + 1, "
-        f"updated_at = %s, provenance = CASE WHEN %s::text IS NULL THEN provenance ELSE "
-        f"coalesce(provenance, '{{}}'::jsonb) || jsonb_build_object('injection_flags', "
-        f"%s::text) END WHERE tenant_id = %s AND id = %s RETURNING {COLUMNS}",
-        (content, embedding, now, flags, flags, tenant, memory_id)).fetchone()
+        f"UPDATE memories SET content = %(content)s, embedding = %(emb)s, "
+        f"version = version + 1, updated_at = %(now)s{label} "
+        f"WHERE tenant_id = %(t)s AND id = %(id)s RETURNING {COLUMNS}",
+        {"content": content, "emb": embedding, "now": now, "t": tenant, "id": memory_id,
+         "label": Jsonb({"injection_flags": flags})}).fetchone()
     assert row is not None
     return row
 
