@@ -9,17 +9,14 @@ remember, remember_many     :mod:`mnemovault.memories.write` (the write path's s
 get, list                   :mod:`mnemovault.memories.read`
 recall                      :mod:`mnemovault.recall.service`
 wake, timeline              :mod:`mnemovault.recall.wake`
-forget, forget_preview,     :mod:`mnemovault.governance.service` (lifecycle in
-delete, pin, unpin,         :mod:`~mnemovault.governance.forget`, score in
-run_retention(_all)         :mod:`~mnemovault.governance.retention`)
+forget(_preview), delete,   :mod:`mnemovault.governance.service` (lifecycle in
+pin, unpin, run_retention*  :mod:`~mnemovault.governance.forget`)
 chat, chat_stream           :mod:`mnemovault.chat.service` (commands in
                             :mod:`mnemovault.governance.commands`)
 redact, placeholder_outputs,:mod:`mnemovault.pii.service`
 vault_*, shred
 rotate_kek                  :mod:`mnemovault.pii.rotation`
-ensure_tenant, create_key,  :mod:`mnemovault.keys`
-authenticate, list_keys,
-get_key, revoke_key
+ensure_tenant, *_key       :mod:`mnemovault.keys` (create, authenticate, list, get, revoke)
 audit                       :mod:`mnemovault.audit.service`
 procedures (section)        :mod:`mnemovault.facade.procedures` -> :mod:`mnemovault.procedures`
 review (section)            :mod:`mnemovault.facade.review` -> :mod:`mnemovault.governance.review`
@@ -27,8 +24,7 @@ tenants (section)           :mod:`mnemovault.facade.tenants` -> :mod:`mnemovault
 subjects (section)          :mod:`mnemovault.facade.subjects` -> :mod:`mnemovault.subjects`
 ==========================  ===============================================================
 
-The capabilities share one :class:`~mnemovault.runtime.Runtime` (database, embedder,
-settings, key ring, detectors, fusion weights, chat provider) and keep their SQL in
+The capabilities share one :class:`~mnemovault.runtime.Runtime` and keep their SQL in
 :mod:`mnemovault.store`.
 """
 
@@ -325,17 +321,9 @@ class MemoryVault:
                     reveal: bool = False, store: bool = True,
                     principal: Principal | None = None,
                     request_id: str | None = None) -> ChatStream:
-        """One chat turn, streamed (:mod:`mnemovault.chat.service`): in-band command check,
-        recall, fenced context pack, the model (placeholders only), de-anonymisation for a
-        caller with ``pii:reveal`` who asks (``reveal``), and the exchange stored as an
-        episode derived from the records it was shown, unless ``store`` is false or the
-        message is ``DO_NOT_STORE:``. Everything up to the model runs now, so bad input and
-        missing permissions raise here; iterate the result for its events.
-
-        Raises:
-            ValidationError: bad message, history, scope or k (names the field).
-            Forbidden: a missing permission (named).
-        """
+        """One chat turn, streamed: :func:`mnemovault.chat.service.open_stream` (its steps
+        and errors). Everything up to the model runs now, so bad input and missing
+        permissions raise here; iterate the result for its events."""
         req = ChatRequest.parse(message=message, scope=scope, subject=subject,
                                 history=history, k=k, reveal=reveal, store=store)
         return chat.open_stream(self.rt, req, self._who(principal), request_id)

@@ -303,7 +303,11 @@ def _body_rule(e: dict[str, Any]) -> tuple[str, str]:
 def create_app(vault: MemoryVault) -> FastAPI:
     """Build the app around an open vault (the caller owns its lifecycle)."""
     if vault is not None:  # (None: the OpenAPI document only)
-        vault.subjects.ensure_checked()  # a database behind its erasure ledger: re-erased
+        try:  # a database behind its erasure ledger is re-erased before serving
+            vault.subjects.ensure_checked()
+        except Unavailable:  # MemoryVault.open (every interface's start) ran it already
+            log.warning("erasure ledger: the database did not answer; the start check "
+                        "runs again on the next start")
     app = FastAPI(title="mnemovault", version=__version__,
                   description="Governed long-term memory for AI agents.",
                   dependencies=[Depends(reject_unknown_query)], responses=ERROR_RESPONSES,

@@ -98,3 +98,26 @@ def last_reapply(conn: Conn, tenant: str) -> dict[str, Any] | None:
         f"SELECT {COLUMNS} FROM erasure_ledger WHERE tenant_id = %s AND kind = 'reapply' "
         "ORDER BY audit_seq DESC LIMIT 1", (tenant,)).fetchone()
     return row
+
+
+# -- the database's ledger id (mv_meta) and the owner's tenant list --------------------
+def meta(conn: Conn, key: str) -> Any:
+    """The ``mv_meta`` value of ``key`` (JSON), or None."""
+    row = conn.execute("SELECT value FROM mv_meta WHERE key = %s", (key,)).fetchone()
+    if row is None:
+        return None
+    return row["value"] if isinstance(row, dict) else row[0]
+
+
+def meta_first(conn: Conn, key: str, value: Any) -> Any:
+    """Record ``value`` under ``key`` unless a value is there already (owner connection);
+    the value that is there now."""
+    conn.execute("INSERT INTO mv_meta (key, value) VALUES (%s, %s) ON CONFLICT (key) "
+                 "DO NOTHING", (key, Jsonb(value)))
+    return meta(conn, key)
+
+
+def tenants_with_rows(conn: Conn) -> list[str]:
+    """Tenants with erasure-ledger rows (owner connection: every tenant)."""
+    rows = conn.execute("SELECT DISTINCT tenant_id FROM erasure_ledger ORDER BY 1").fetchall()
+    return [r["tenant_id"] if isinstance(r, dict) else r[0] for r in rows]

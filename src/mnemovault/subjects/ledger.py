@@ -109,7 +109,6 @@ import platformdirs
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.types.json import Jsonb
 
 from mnemovault.audit import jsonl
 from mnemovault.audit import log as audit
@@ -166,17 +165,12 @@ def database_id(rt: Runtime) -> str:
     """The database's ledger id (``mv_meta`` key ``ledger``), recorded on first use: a
     UUID derived from :func:`location` (module docstring)."""
     with rt.db.unscoped() as conn:
-        row = conn.execute("SELECT value FROM mv_meta WHERE key = %s", (META_KEY,)).fetchone()
-    if row is None:
+        value = store.meta(conn, META_KEY)
+    if value is None:
         made = str(uuid.uuid5(_NAMESPACE, location(rt)))
         with owner_connection(rt.db.url, autocommit=True) as conn:
-            conn.execute("INSERT INTO mv_meta (key, value) VALUES (%s, %s) "
-                         "ON CONFLICT (key) DO NOTHING", (META_KEY, Jsonb({"id": made})))
-            row = conn.execute("SELECT value FROM mv_meta WHERE key = %s",
-                               (META_KEY,)).fetchone()
-        assert row is not None
-        return str(row[0]["id"])
-    return str(row["value"]["id"])
+            value = store.meta_first(conn, META_KEY, {"id": made})
+    return str(value["id"])
 
 
 def ledger_dir(rt: Runtime) -> Path:
@@ -664,8 +658,7 @@ def _log(t: TenantCheck) -> None:
 def _tenants_with_rows(rt: Runtime) -> list[str]:
     """Tenants with erasure-ledger rows (owner path, for a new ledger directory)."""
     with owner_connection(rt.db.url, autocommit=True) as conn:
-        return [r[0] for r in conn.execute(
-            "SELECT DISTINCT tenant_id FROM erasure_ledger ORDER BY 1").fetchall()]
+        return store.tenants_with_rows(conn)
 
 
 def _migrate_legacy(rt: Runtime, lf: LedgerFile) -> list[str]:
