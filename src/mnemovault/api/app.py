@@ -22,7 +22,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from mnemovault import __version__
+from mnemovault import __version__, telemetry
 from mnemovault.api.admin import NDJSON_RESPONSE
 from mnemovault.api.edge import UNMATCHED, Edge
 from mnemovault.auth import Principal
@@ -316,7 +316,11 @@ def _body_rule(e: dict[str, Any]) -> tuple[str, str]:
 
 
 def create_app(vault: MemoryVault) -> FastAPI:
-    """Build the app around an open vault (the caller owns its lifecycle)."""
+    """Build the app around an open vault (the caller owns its lifecycle). Telemetry
+    (:mod:`mnemovault.telemetry`) is set up from the ``OTEL_*`` variables: off unless
+    they name an exporter."""
+    telemetry.configure()
+    telemetry.instrument()
     app = FastAPI(title="mnemovault", version=__version__,
                   description="Governed long-term memory for AI agents.",
                   dependencies=[Depends(reject_unknown_query)], responses=ERROR_RESPONSES,

@@ -60,6 +60,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import compile_path, get_route_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mnemovault import telemetry
 from mnemovault.errors import ConfigError, MnemoError, RateLimited, TooLarge, Unauthenticated
 from mnemovault.models import MAX_CONTENT_CHARS
 
@@ -287,15 +288,21 @@ class Edge:
         state["request_id"] = rid
         policy = self.policy(scope)
         state["route"] = policy.template
-        exchange = _Exchange(send, rid)
+        exchange = _Exchange(send, rid, policy.template)
         started = time.perf_counter()
-        try:
-            await self._serve(scope, receive, exchange, headers, policy)
-        finally:
-            state.pop("principal", None)
-            access_log.info("%s %s %d %.1fms (request %s)", scope["method"],
-                            policy.template, exchange.status or 500,
-                            (time.perf_counter() - started) * 1000, rid)
+        method = scope["method"]
+        with telemetry.span("mnemovault.request", **{"http.request.method": method,
+                                                     "http.route": policy.template}) as sp:
+            try:
+                await self._serve(scope, receive, exchange, headers, policy)
+            finally:
+                state.pop("principal", None)
+                status = exchange.status or 500
+                ms = (time.perf_counter() - started) * 1000
+                sp.set_attribute("http.response.status_code", status)
+                telemetry.request_done(method, policy.template, status, ms)
+                access_log.info("%s %s %d %.1fms (request %s)", method, policy.template,
+                                status, ms, rid)
 
     async def _serve(self, scope: Scope, receive: Receive, exchange: _Exchange,
                      headers: Headers, policy: RoutePolicy) -> None:
@@ -379,9 +386,10 @@ class _Exchange:
     """The response side of one request: adds the request id to the response, remembers
     its status, and drops whatever the app sends after the edge has answered."""
 
-    def __init__(self, send: Send, rid: str) -> None:
+    def __init__(self, send: Send, rid: str, route: str) -> None:
         self._send = send
         self.rid = rid
+        self.route = route
         self.started = False
         self.answered = False  # by the edge: the app's own messages are dropped
         self.status = 0
@@ -399,6 +407,7 @@ class _Exchange:
                      close: bool, headers: dict[str, str] | None = None) -> None:
         """Answer ``exc`` in the envelope (``Connection: close`` with ``close``) and
         ignore the app from now on."""
+        telemetry.refused(exc.code, self.route, exc.details.get("budget"))
         if self.started:
             self.answered = True
             return
