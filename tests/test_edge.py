@@ -302,6 +302,9 @@ def test_subject_in_the_body_or_as_placeholder(client: TestClient, owner: str) -
 
 
 # -- rate limits ---------------------------------------------------------------------------
+# Budgets in the tests are per day: a sliding-window counter weighs the previous window's
+# count by how much of it is left, so a test that crossed a minute's boundary would see
+# its earlier requests count a little less than one each.
 @contextlib.contextmanager
 def _app_with(vault: MemoryVault, **settings: Any) -> Iterator[TestClient]:
     """A fresh app whose edge reads ``settings`` (its budgets are made at the first
@@ -318,7 +321,7 @@ def _app_with(vault: MemoryVault, **settings: Any) -> Iterator[TestClient]:
 
 def test_budget_per_key_and_class(vault: MemoryVault, tenant: str) -> None:
     key_a, key_b = (vault.create_key(tenant, "member")[0] for _ in range(2))
-    with _app_with(vault, rate_limit_write="3/minute", rate_limit_recall="100/minute") as c:
+    with _app_with(vault, rate_limit_write="3/day", rate_limit_recall="100/day") as c:
         for n in range(3):
             r = c.post("/v1/memories", headers=_auth(key_a),
                        json={"content": f"note {n}", "scope": "s"})
@@ -328,7 +331,7 @@ def test_budget_per_key_and_class(vault: MemoryVault, tenant: str) -> None:
         err = r.json()["error"]
         assert err["code"] == "rate_limited" and err["details"]["budget"] == "write"
         retry = int(r.headers["retry-after"])
-        assert 1 <= retry <= 60 and err["details"]["retry_after"] == retry
+        assert 1 <= retry <= 86400 and err["details"]["retry_after"] == retry
         assert r.json()["request_id"] == r.headers["x-request-id"]
         # the same key's reads have their own budget; another key its own writes
         assert c.get("/v1/memories", headers=_auth(key_a), params={"scope": "s"}
@@ -340,8 +343,8 @@ def test_budget_per_key_and_class(vault: MemoryVault, tenant: str) -> None:
 def test_budget_per_address_for_bad_keys_and_public_routes(vault: MemoryVault,
                                                            tenant: str) -> None:
     good = vault.create_key(tenant, "member")[0]
-    with _app_with(vault, rate_limit_unauthenticated="2/minute",
-                   rate_limit_public="3/minute") as c:  # /health spent one
+    with _app_with(vault, rate_limit_unauthenticated="2/day",
+                   rate_limit_public="3/day") as c:  # /health spent one
         for _ in range(2):
             assert c.get("/v1/memories", headers=_auth("mvk_x")).status_code == 401
         r = c.get("/v1/memories", headers=_auth("mvk_x"))
@@ -354,7 +357,7 @@ def test_budget_per_address_for_bad_keys_and_public_routes(vault: MemoryVault,
 
 def test_rate_limits_off(vault: MemoryVault, tenant: str) -> None:
     key = vault.create_key(tenant, "member")[0]
-    with _app_with(vault, rate_limits=False, rate_limit_recall="1/minute") as c:
+    with _app_with(vault, rate_limits=False, rate_limit_recall="1/day") as c:
         assert {c.get("/v1/memories", headers=_auth(key)).status_code
                 for _ in range(5)} == {200}
 
@@ -493,3 +496,69 @@ def test_every_instrumented_step_exists() -> None:
     expected |= {f"{m.removeprefix('mnemovault.')}.{n}" for m, names in telemetry.STEPS.items()
                  for n in names}
     assert expected == done, expected - done
+
+
+# -- self-registered agents ----------------------------------------------------------------
+@contextlib.contextmanager
+def _swapped(vault: MemoryVault, **settings: Any) -> Iterator[TestClient]:
+    """A fresh app, with the vault's settings swapped for the whole block."""
+    before = vault.settings
+    vault.settings = before.model_copy(update=settings)
+    try:
+        yield TestClient(create_app(vault))
+    finally:
+        vault.settings = before
+
+
+def test_self_registration_is_off_by_default(client: TestClient) -> None:
+    assert Settings().allow_self_registration is False
+    r = client.post("/v1/agents/register", json={"name": "bot"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden", r.text
+
+
+def test_self_registered_agent(vault: MemoryVault, tenant: str) -> None:
+    owner = vault.create_key(tenant, "owner")[0]
+    with _swapped(vault, allow_self_registration=True, self_registration_tenant=tenant,
+                  self_registration_quota=2, rate_limit_agent="6/day",
+                  rate_limit_register="2/day") as c:
+        r = c.post("/v1/agents/register", json={"name": "crawler-bot"})
+        assert r.status_code == 201, r.text
+        made = r.json()
+        assert made["tenant"] == tenant and made["role"] == "service"
+        assert set(made["permissions"]) == {"memory:read", "memory:write"}
+        assert made["scope"].startswith("agent-") and made["quota"] == 2
+        h = _auth(made["token"])
+        mine = made["scope"]
+        # it reads and writes its own scope only, and never reveals
+        r = c.post("/v1/memories", headers=h, json={"content": "mail bo@example.org",
+                                                    "scope": mine})
+        assert r.status_code == 201, r.text
+        mid = r.json()["id"]
+        r = c.get(f"/v1/memories/{mid}", headers=h, params={"reveal": "true"})
+        assert r.status_code == 403 and r.json()["error"]["details"]["permission"] == \
+            "pii:reveal"
+        assert c.post("/v1/memories", headers=h, json={"content": "x", "scope": "other"}
+                      ).status_code == 403
+        # the quota: its scope holds 2 at most
+        assert c.post("/v1/memories", headers=h, json={"content": "second", "scope": mine}
+                      ).status_code == 201
+        r = c.post("/v1/memories", headers=h, json={"content": "third", "scope": mine})
+        assert r.status_code == 403 and r.json()["error"]["details"]["permission"] == "quota"
+        # its own budget: 6 requests a day, whatever their class (5 spent above)
+        assert c.get("/v1/memories", headers=h, params={"scope": mine}).status_code == 200
+        r = c.get("/v1/memories", headers=h, params={"scope": mine})
+        assert r.status_code == 429 and r.json()["error"]["details"]["budget"] == "agent"
+        # owners see how each key was made; the registration is audited
+        listed = c.get("/v1/keys", headers=_auth(owner)).json()["items"]
+        origin = {k["key_id"]: k["origin"] for k in listed}
+        assert origin[made["key_id"]] == "self_registered"
+        assert set(origin.values()) == {"issued", "self_registered"}
+        rows = [json.loads(line) for chunk in vault.audit.export(vault.principal(tenant))
+                for line in chunk.splitlines()]
+        reg = [row for row in rows if row["operation"] == "AGENT_REGISTER"]
+        assert len(reg) == 1 and reg[0]["details"]["key_id"] == made["key_id"]
+        assert "crawler-bot" not in json.dumps(reg)
+        # registration is limited per address: 2 a day
+        assert c.post("/v1/agents/register", json={"name": "b2"}).status_code == 201
+        r = c.post("/v1/agents/register", json={"name": "b3"})
+        assert r.status_code == 429 and r.json()["error"]["details"]["budget"] == "register"

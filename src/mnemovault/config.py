@@ -212,6 +212,19 @@ class Settings(BaseSettings):
     rate_limit_unauthenticated: str = "600/minute"
     rate_limit_public: str = "1200/minute"
 
+    # self-registered agents (issue 22; mnemovault.agents): off by default. When on,
+    # POST /v1/agents/register gives anyone who can reach the server a `service` key (read
+    # and write, never pii:reveal) in the tenant named here, limited to a scope of its own
+    # (`agent-<random>`), with its own rate budget on every request, a quota of stored
+    # memories in its scope, and registration limited per client address.
+    allow_self_registration: bool = Field(default=False,
+                                          validation_alias="ALLOW_SELF_REGISTRATION")
+    self_registration_tenant: str = Field(default="agents",
+                                          pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+    self_registration_quota: int = Field(default=1000, ge=0)
+    rate_limit_register: str = "10/hour"
+    rate_limit_agent: str = "120/minute"
+
 
 def get_settings() -> Settings:
     return Settings()

@@ -40,7 +40,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
-from mnemovault import keys
+from mnemovault import agents, keys
 from mnemovault.audit.service import AuditService
 from mnemovault.auth import Principal, Role
 from mnemovault.chat import service as chat
@@ -185,8 +185,11 @@ class MemoryVault:
 
     def list_keys(self, *, limit: int = 50, cursor: uuid.UUID | str | None = None,
                   principal: Principal | None = None) -> dict[str, Any]:
-        """API keys, metadata only, keyset paged; see :func:`mnemovault.keys.list_keys`."""
-        return keys.list_keys(self.rt, self._who(principal), limit=limit, cursor=cursor)
+        """API keys, metadata only, keyset paged; see :func:`mnemovault.keys.list_keys`;
+        each with its ``origin`` (:func:`mnemovault.agents.origins`)."""
+        who = self._who(principal)
+        page = keys.list_keys(self.rt, who, limit=limit, cursor=cursor)
+        return {**page, "items": agents.origins(self.rt, who.tenant, page["items"])}
 
     def revoke_key(self, key_id: uuid.UUID | str, *, principal: Principal | None = None,
                    request_id: str | None = None) -> dict[str, Any]:

@@ -500,6 +500,7 @@ def create_app(vault: MemoryVault) -> FastAPI:
         return {"shredded": done}
 
     from mnemovault.api.admin import audit_router
+    from mnemovault.api.agents import agents_router
     from mnemovault.api.chat import build_router as chat_router
     from mnemovault.api.keys import keys_router
     from mnemovault.api.openai_compat import openai_router
@@ -512,6 +513,7 @@ def create_app(vault: MemoryVault) -> FastAPI:
 
     app.include_router(audit_router(vault, principal))
     app.include_router(keys_router(vault, principal))
+    app.include_router(agents_router(vault))
     app.include_router(wake_router(vault, principal))
     app.include_router(chat_router(vault, principal))
     app.include_router(openai_router(vault, principal))

@@ -124,7 +124,9 @@ ADMIN_ROUTES = frozenset({("PUT", "/v1/memories/{memory_id}/content"),
                           ("POST", "/v1/procedures/prune")})
 READ_POSTS = frozenset({"/v1/recall", "/v1/procedures/recall", "/v1/forget/preview",
                         "/v1/wake", "/v1/timeline", "/v1/memories/list"})
-BUDGETS = ("write", "recall", "chat", "admin", "unauthenticated", "public")
+BUDGETS = ("write", "recall", "chat", "admin", "unauthenticated", "public", "register",
+           "agent")
+REGISTER = "/v1/agents/register"
 
 
 def budget_of(method: str, template: str) -> str:
@@ -235,6 +237,7 @@ class Edge:
         self._table: list[tuple[re.Pattern[str], frozenset[str] | None,
                                 RoutePolicy]] | None = None
         self._budgets: Budgets | None = None
+        self._agents: Any = None
 
     @property
     def budgets(self) -> Budgets | None:
@@ -256,7 +259,8 @@ class Edge:
                 table.append((regex, methods, RoutePolicy(
                     template=path, max_body=body_limit(method, path, settings),
                     public=public, deleted_ok=path in DELETED_TENANT_OK,
-                    budget="public" if public else budget_of(method, path))))
+                    budget=("register" if path == REGISTER else "public") if public
+                    else budget_of(method, path))))
             self._table = table
         return self._table
 
@@ -331,6 +335,12 @@ class Edge:
                 scope["state"]["principal"] = who
                 if budgets is not None:
                     over = budgets.hit(policy.budget, str(who.key_id or "local"))
+                if over is None:
+                    try:
+                        over = await self._agent(who, policy, budgets)
+                    except MnemoError as exc:
+                        await exchange.refuse(scope, receive, exc, close=body_follows)
+                        return
         if over is not None:
             await exchange.refuse(scope, receive, over, close=body_follows,
                                   headers={"Retry-After": str(over.details["retry_after"])})
@@ -353,6 +363,28 @@ class Edge:
             return message
 
         await self.app(scope, limited, exchange.send)
+
+    async def _agent(self, who: Any, policy: RoutePolicy,
+                     budgets: Budgets | None) -> RateLimited | None:
+        """A self-registered key (:mod:`mnemovault.agents`): its own budget on every
+        request, and its quota before a write or chat (raises ``Forbidden``)."""
+        if self._agents is None:
+            from mnemovault.agents import Agents
+
+            self._agents = Agents(self.vault.rt)
+        agents = self._agents
+        known, agent_scope = agents.cached(who)
+        if not known:
+            agent_scope = await anyio.to_thread.run_sync(agents.scope_of, who)
+        if agent_scope is None:
+            return None
+        if budgets is not None:
+            over = budgets.hit("agent", str(who.key_id))
+            if over is not None:
+                return over
+        if policy.budget in ("write", "chat"):
+            await anyio.to_thread.run_sync(agents.check_quota, who, agent_scope)
+        return None
 
     async def _authenticate(self, headers: Headers, policy: RoutePolicy) -> Any:
         header = headers.get("authorization") or ""
