@@ -9,7 +9,7 @@ import logging
 import socket
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import anyio
@@ -562,3 +562,62 @@ def test_self_registered_agent(vault: MemoryVault, tenant: str) -> None:
         assert c.post("/v1/agents/register", json={"name": "b2"}).status_code == 201
         r = c.post("/v1/agents/register", json={"name": "b3"})
         assert r.status_code == 429 and r.json()["error"]["details"]["budget"] == "register"
+
+
+def test_configure_leaves_other_libraries_unrecorded(capsys: pytest.CaptureFixture[str]) -> None:
+    """FastAPI's native request spans and the MCP SDK's record raw paths, query strings and
+    client-chosen ids once a *global* provider is set: mnemovault's providers are its own,
+    and the app turns FastAPI's off as well."""
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry import metrics, trace
+
+    from mnemovault import telemetry
+
+    tracer_before, meter_before = trace.get_tracer_provider(), metrics.get_meter_provider()
+    try:
+        assert telemetry.configure({"OTEL_TRACES_EXPORTER": "console"})
+        assert trace.get_tracer_provider() is tracer_before
+        assert metrics.get_meter_provider() is meter_before
+        with telemetry.span("mnemovault.check", **{"mnemovault.count": 3, "text": "secret"}):
+            pass
+        printed = capsys.readouterr().out
+        assert '"name": "mnemovault.check"' in printed and "secret" not in printed
+    finally:
+        telemetry._configured = False
+        telemetry.use()
+    app = create_app(cast(MemoryVault, None))
+    native = getattr(app, "_telemetry", None)
+    if native is not None:  # FastAPI with native telemetry
+        assert native["tracing"] is False and native["metrics"] is False
+        assert native["logs"] is False
+    assert telemetry.configure({}) is False  # nothing named: off
+
+
+def test_clean_and_span_drop_user_text() -> None:
+    """The two gates, directly: only allowlisted keys keep strings, and only of an id's
+    shape; an exception's message never becomes a span's status or an event."""
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from mnemovault import telemetry
+
+    kept = telemetry.clean({"mnemovault.operation": "recall", "mnemovault.count": 2,
+                            "content": "Ana's text", "mnemovault.key_id": "ana@example.org",
+                            "http.route": "/v1/subjects/{subject}/erase", "ok": True,
+                            "mnemovault.outcome": "not ok: Ana", "scope": "ana"})
+    assert kept == {"mnemovault.operation": "recall", "mnemovault.count": 2,
+                    "http.route": "/v1/subjects/{subject}/erase", "ok": True}
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    telemetry.use(provider)
+    try:
+        with pytest.raises(ValueError), telemetry.span("mnemovault.x"):
+            raise ValueError("Ana lives at ana@example.org")
+    finally:
+        telemetry.use()
+    (s,) = spans.get_finished_spans()
+    assert s.status.description == "ValueError" and not s.events
+    assert "Ana" not in json.dumps(dict(s.attributes or {}))

@@ -24,6 +24,12 @@ What is recorded:
 * ``mnemovault.guard.refusals`` (captures the guard refused) and
   ``mnemovault.imports.flagged`` (items the injection sanitiser flagged).
 
+Only mnemovault's own spans and metrics are exported: the providers made here are not the
+global ones, so FastAPI's native request telemetry and the MCP SDK's spans (raw paths and
+query strings, client-chosen JSON-RPC ids, exception messages) stay no-ops; the app
+factory also turns FastAPI's off explicitly, for a deployment that sets global providers
+itself.
+
 **No user data in any attribute**: :func:`clean` keeps numbers and booleans, and strings
 only under the keys of :data:`SAFE_STRINGS` and of an id's or a route template's shape;
 exceptions are never recorded on spans (their messages can name a field a caller wrote);
@@ -41,6 +47,7 @@ import functools
 import logging
 import os
 import re
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -269,9 +276,11 @@ def instrument() -> list[str]:
 
 
 def configure(env: Mapping[str, str] | None = None) -> bool:
-    """Set the global tracer and meter providers from the ``OTEL_*`` variables (module
-    docstring), once per process; whether anything is exported. Without the SDK installed
-    a configured exporter is reported in a warning and nothing is recorded."""
+    """Make mnemovault's tracer and meter providers from the ``OTEL_*`` variables (module
+    docstring), once per process; whether anything is exported. They are not made the
+    global providers, so other libraries' instrumentation (FastAPI's, the MCP SDK's, which
+    record raw URLs and client-chosen ids) stays a no-op. Without the SDK installed a
+    configured exporter is reported in a warning and nothing is recorded."""
     global _configured
     env = os.environ if env is None else env
     if _configured:
@@ -289,6 +298,8 @@ def configure(env: Mapping[str, str] | None = None) -> bool:
                     "(pip install 'mnemovault[otel]'): no telemetry")
         return False
     resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or NAME})
+    provider: Any = None
+    meter_provider: Any = None
     if traces:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -300,15 +311,17 @@ def configure(env: Mapping[str, str] | None = None) -> bool:
                 # console is for looking: each span printed when it ends
                 provider.add_span_processor(SimpleSpanProcessor(exporter) if kind == "console"
                                             else BatchSpanProcessor(exporter))
-        trace.set_tracer_provider(provider)
     if metric_exporters:
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
         readers = [PeriodicExportingMetricReader(e) for e in
                    (_metric_exporter(kind, env) for kind in metric_exporters) if e is not None]
-        metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=readers))
-    use()
+        meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+    # ours alone, never the global providers: FastAPI's own request spans and the MCP SDK's
+    # record raw paths, query strings, JSON-RPC ids and exception messages, and they only
+    # record when a global provider is set
+    use(provider if traces else None, meter_provider if metric_exporters else None)
     _configured = True
     return True
 
@@ -322,7 +335,7 @@ def _span_exporter(kind: str, env: Mapping[str, str]) -> Any:
     if kind == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-        return ConsoleSpanExporter()
+        return ConsoleSpanExporter(out=sys.stdout)  # the stdout of now, not of import
     if kind == "otlp":
         try:
             if env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf").startswith("grpc"):
@@ -347,7 +360,7 @@ def _metric_exporter(kind: str, env: Mapping[str, str]) -> Any:
     if kind == "console":
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
-        return ConsoleMetricExporter()
+        return ConsoleMetricExporter(out=sys.stdout)
     if kind == "otlp":
         try:
             if env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf").startswith("grpc"):

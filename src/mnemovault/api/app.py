@@ -324,7 +324,8 @@ def create_app(vault: MemoryVault) -> FastAPI:
     app = FastAPI(title="mnemovault", version=__version__,
                   description="Governed long-term memory for AI agents.",
                   dependencies=[Depends(reject_unknown_query)], responses=ERROR_RESPONSES,
-                  docs_url=None, redoc_url=None)  # /docs below: FastAPI's pages use a CDN
+                  docs_url=None, redoc_url=None,  # /docs below: FastAPI's pages use a CDN
+                  **_no_native_telemetry())
 
     @app.middleware("http")
     async def request_id_mw(request: Request, call_next: Callable[[Request], Any]) -> Any:
@@ -526,6 +527,17 @@ def create_app(vault: MemoryVault) -> FastAPI:
     # reads a byte of the body (mnemovault.api.edge)
     app.add_middleware(Edge, vault=vault, routes=app.router.routes)
     return app
+
+
+def _no_native_telemetry() -> dict[str, Any]:
+    """FastAPI >= 0.160 records its own spans, metrics and logs once a global OpenTelemetry
+    provider is set, with raw paths, query strings and exception messages (where subjects
+    and request text can be): off; mnemovault.telemetry records what may be recorded."""
+    import inspect
+
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters:
+        return {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    return {}
 
 
 def _route(request: Request) -> str:
