@@ -621,3 +621,46 @@ def test_clean_and_span_drop_user_text() -> None:
     (s,) = spans.get_finished_spans()
     assert s.status.description == "ValueError" and not s.events
     assert "Ana" not in json.dumps(dict(s.attributes or {}))
+
+
+def test_every_route_with_a_long_text_field_has_room_for_it(app: FastAPI) -> None:
+    """A body model with a field of 100,000 characters needs the content limit at least:
+    the largest valid body of each route, with every string field at its maximum in
+    6-byte escapes, fits its limit (from the OpenAPI document's schemas)."""
+    from mnemovault.api.edge import Edge, _flat, body_limit
+
+    doc = app.openapi()
+    schemas = doc["components"]["schemas"]
+
+    def widest(schema: dict[str, Any], depth: int = 0) -> int:
+        if depth > 6:
+            return 0
+        if "$ref" in schema:
+            return widest(schemas[schema["$ref"].rsplit("/", 1)[-1]], depth + 1)
+        for key in ("anyOf", "oneOf"):
+            if key in schema:
+                return max(widest(s, depth + 1) for s in schema[key])
+        kind = schema.get("type")
+        if kind == "string" and schema.get("format") in ("uuid", "date-time"):
+            return 40  # ASCII: no client escapes it
+        if kind == "string":
+            return 6 * int(schema.get("maxLength", 64)) + 2
+        if kind == "array":
+            return int(schema.get("maxItems", 1)) * (widest(schema.get("items", {}), depth + 1)
+                                                     + 1)
+        if kind == "object":
+            return sum(len(k) + 3 + widest(v, depth + 1)
+                       for k, v in schema.get("properties", {}).items()) + 2
+        return 24
+
+    assert _flat(app.router.routes) and Edge
+    settings = Settings()
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            body = op.get("requestBody", {}).get("content", {}).get("application/json")
+            if body is None or path == "/v1/memories/batch":
+                continue
+            need = widest(body["schema"])
+            limit = body_limit(method.upper(), path, settings)
+            assert need <= limit or limit >= settings.max_body_large_bytes, (
+                method, path, need, limit)

@@ -191,9 +191,10 @@ class Settings(BaseSettings):
     # class, enforced while the body is read (Content-Length up front, then the chunks)
     # and before authentication: over it, 413 and the connection closed. Defaults a little
     # over the largest valid request of each class (the derivation is in api/edge.py):
-    # everything else (keys, recall, erase, forget, wake...); one memory or rectified
-    # content (100,000 characters, 6 bytes each as JSON escapes); chat, its stream, the
-    # OpenAI endpoint and procedures; the batch (1,000 items of 100,000 characters)
+    # everything else (keys, recall, erase, forget, wake...); one memory, rectified
+    # content or a procedure run (100,000 characters, 6 bytes each as JSON escapes); chat,
+    # its stream, the OpenAI endpoint and procedures; the batch (1,000 items of 100,000
+    # characters)
     max_body_bytes: int = Field(default=256 * 1024, ge=1024)
     max_body_content_bytes: int = Field(default=1024 * 1024, ge=1024)
     max_body_large_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)

@@ -72,7 +72,7 @@ OPERATIONS: dict[str, tuple[str, ...]] = {
         "remember", "remember_many", "recall", "get", "list", "wake", "timeline",
         "forget_preview", "forget", "delete", "pin", "unpin", "run_retention", "chat_stream",
         "redact", "vault_entry", "vault_export", "shred", "create_key", "revoke_key",
-        "list_keys"),
+        "list_keys", "register_agent"),
     "mnemovault.facade.subjects:SubjectsSection": (
         "erase", "erase_scope", "list", "export", "rectify"),
     "mnemovault.facade.review:ReviewSection": ("approve", "reject"),

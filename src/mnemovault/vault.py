@@ -196,6 +196,11 @@ class MemoryVault:
         """Revoke an API key (idempotent, audited); see :func:`mnemovault.keys.revoke_key`."""
         return keys.revoke_key(self.rt, self._who(principal), key_id, request_id=request_id)
 
+    def register_agent(self, name: str, *, request_id: str | None = None) -> dict[str, Any]:
+        """A key for a self-registering agent (off unless ``ALLOW_SELF_REGISTRATION``);
+        see :func:`mnemovault.agents.register`."""
+        return agents.register(self.rt, name, request_id=request_id)
+
     # -- write path (mnemovault.memories.write) -------------------------------------------
     def remember(self, content: str, *, scope: str, subject: str | None = None,
                  type: str = "episode", key: str | None = None,

@@ -6,7 +6,6 @@ client address by the edge (``rate_limit_register``)."""
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from mnemovault import agents
 from mnemovault.api.keys import KeyCreated
 from mnemovault.vault import MemoryVault
 
@@ -33,7 +32,7 @@ def agents_router(vault: MemoryVault) -> APIRouter:
     def register(body: AgentRegister, request: Request) -> AgentRegistered:
         """Register an agent: a ``service`` key limited to a new scope of its own, in the
         self-registration tenant; no key needed. 403 while self-registration is off."""
-        return AgentRegistered(**agents.register(vault.rt, body.name,
-                                                 request_id=str(request.state.request_id)))
+        return AgentRegistered(**vault.register_agent(
+            body.name, request_id=str(request.state.request_id)))
 
     return router

@@ -83,8 +83,9 @@ ITEM_OVERHEAD = 8192  # one memory's other fields: scope, subject, key (200 char
 BATCH_ITEMS = 1000
 
 CONTENT_LIMIT = MAX_CONTENT_CHARS * JSON_BYTES_PER_CHAR + 64 * 1024
-"""One memory (or rectified content) of 100,000 characters, all escaped: about 664 KB; the
-default ``max_body_content_bytes`` (1 MiB) is a little over."""
+"""One memory, rectified content or a procedure run's answer (100,000 characters; a run's
+question adds 10,000), all escaped: about 664 KB (724 KB for a run); the default
+``max_body_content_bytes`` (1 MiB) is a little over."""
 
 BATCH_LIMIT = BATCH_ITEMS * (MAX_CONTENT_CHARS + ITEM_OVERHEAD)
 """1,000 items of 100,000 one-byte characters with their other fields: the default
@@ -98,7 +99,7 @@ DELETED_TENANT_OK = frozenset({"/v1/admin/tenants/{tenant_id}/delete/cancel"})
 """Templates whose key may belong to a soft-deleted tenant (cancelling the deletion)."""
 
 CONTENT = frozenset({("POST", "/v1/memories"), ("PUT", "/v1/memories/{memory_id}/content"),
-                     ("POST", "/mcp")})
+                     ("POST", "/v1/procedures/{procedure_id}/runs"), ("POST", "/mcp")})
 LARGE = frozenset({("POST", "/v1/chat"), ("POST", "/v1/chat/stream"),
                    ("POST", "/v1/chat/completions"), ("POST", "/v1/procedures"),
                    ("POST", "/v1/procedures/{procedure_id}/versions")})

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from mnemovault.auth import Principal
 from mnemovault.errors import ValidationError
@@ -73,12 +73,12 @@ class SubjectTarget(BaseModel):
 
 
 class SubjectPageBody(SubjectTarget):
-    limit: int = Field(default=50, ge=1, le=100)
+    limit: StrictInt = Field(default=50, ge=1, le=100)
     cursor: uuid.UUID | None = None
 
 
 class SubjectExportBody(SubjectTarget):
-    reveal: bool = False
+    reveal: StrictBool = False
 
 
 def subjects_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:

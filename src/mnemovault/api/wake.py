@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from mnemovault.auth import Principal
 from mnemovault.models import TimelinePage, WakeState
@@ -25,7 +25,7 @@ class WakeBody(BaseModel):
 
     scope: str = Field(min_length=1, max_length=200)
     subject: str | None = Field(default=None, min_length=1, max_length=200)
-    budget: int = Field(default=1000, ge=100, le=32_000)
+    budget: StrictInt = Field(default=1000, ge=100, le=32_000)
 
 
 class TimelineBody(BaseModel):
@@ -35,7 +35,7 @@ class TimelineBody(BaseModel):
     subject: str | None = Field(default=None, min_length=1, max_length=200)
     since: Timestamp | None = None
     until: Timestamp | None = None
-    limit: int = Field(default=50, ge=1, le=100)
+    limit: StrictInt = Field(default=50, ge=1, le=100)
     cursor: str | None = Field(default=None, min_length=1, max_length=200)
 
 
