@@ -4,16 +4,29 @@
 Starts ``mnemovault serve`` as a subprocess on 127.0.0.1 (a free port, a fresh temporary
 ``--data-dir``, so a fresh embedded PostgreSQL; ``DATABASE_URL`` is removed from its
 environment), creates an owner key with ``mnemovault keys create`` first, waits for
-``/health``, and then, for each N (default 1, 4 and 16), runs N client threads (one
-``httpx.Client`` each) that alternate ``POST /v1/memories`` (remember, one synthetic
-sentence) and ``POST /v1/recall`` (k = 5, a query of two words from the same vocabulary),
-1:1, all in one scope per N, until the N clients together have sent ``--requests`` (N)
-requests or ``--seconds`` have passed. Every request is bounded by a client timeout.
+``/health``, and then, for each N (default 1, 4, 16 and 32), runs N client threads (one
+``httpx.Client`` each) that cycle through ``POST /v1/memories`` (remember, one synthetic
+sentence), ``POST /v1/recall`` (k = 5, a query of two words from the same vocabulary) and
+``DELETE /v1/memories/{id}`` (forget one of the client's own acknowledged writes), 1:1:1,
+all in one scope per N, until the N clients together have sent ``--requests`` (N) requests
+or ``--seconds`` have passed. One more thread probes ``GET /health`` every 50 ms meanwhile:
+its latency is the floor of what N clients on two shared cores cost any request (HTTP,
+threads, the GIL), against which the governed operations are read. Every request is
+bounded by a client timeout.
 
 Reported per N: requests, wall seconds, throughput (req/s), p50/p95/mean/max latency per
 operation (client side, ms), errors (non-2xx answers by status, transport errors by kind)
-and lost writes: at the end every acknowledged write (201 with an id) is read back with
-``GET /v1/memories/{id}``, and a missing id (or one whose content differs) counts as lost.
+and lost writes: at the end every acknowledged write that was not forgotten (201 with an
+id) is read back with ``GET /v1/memories/{id}``, and a missing id (or one whose content
+differs) counts as lost. ``ratios``: each operation's p50 at N over its p50 at 1 client
+(issue 29 targets at 32 clients: remember and forget at most 6, recall at most 4).
+
+Then the erase round (``--erase``, default 5 erases; 0 skips it): 4 writer threads
+remember continuously for one subject in a scope of their own while the main thread erases
+that subject every 0.5 s, without retrying: each erase's latency and status (a 409 is an
+erase that did not get through against the writers; target: none, each under 2 s), and the
+writers' answers by status (a write refused with 409 while an erase holds the subject is
+expected and safe to retry).
 
 Then the server gets SIGTERM (uvicorn's graceful shutdown, then the embedded server's
 stop), and the script reports whether the server process exited in time and whether a
@@ -25,8 +38,8 @@ both, not of the server alone.
 
 Usage::
 
-    python bench/load.py                     # N = 1, 4, 16; writes bench/results/load.json
-    python bench/load.py --quick             # CI: a few seconds per N, small counts
+    python bench/load.py                     # N = 1, 4, 16, 32; writes bench/results/load.json
+    python bench/load.py --quick             # CI: N = 1 and 32, 40 requests each, 3 erases
     python bench/load.py --clients 1,8 --requests 100 --seconds 20 --out /tmp/load.json
 
 JSON on stdout (and ``--out``); progress on stderr. Exit 1 if a write was lost, a request
@@ -142,10 +155,13 @@ class Round:
         self.scope = f"load-{clients}"
         self.lock = threading.Lock()
         self.sent = 0
-        self.latency: dict[str, list[float]] = {"remember": [], "recall": []}
+        self.latency: dict[str, list[float]] = {"remember": [], "recall": [], "forget": [],
+                                                "health": []}
         self.errors: Counter[str] = Counter()
         self.server_errors = 0
         self.writes: dict[str, str] = {}  # acknowledged id -> content
+        self.forgotten: set[str] = set()  # acknowledged, then forgotten (not read back)
+        self.done = threading.Event()  # the clients finished (stops the health probe)
 
     def take(self) -> bool:
         with self.lock:
@@ -165,45 +181,118 @@ class Round:
                 self.server_errors += 1
 
 
+OPS = ("remember", "recall", "forget")
+
+
 def client_loop(base: str, token: str, rnd: Round, index: int, seed: int) -> None:
     rng = random.Random(seed * 1000 + index)
     headers = {"Authorization": f"Bearer {token}"}
+    own: list[str] = []  # this client's acknowledged writes not yet forgotten
     n = 0
     with httpx.Client(base_url=base, headers=headers, timeout=REQUEST_TIMEOUT) as client:
         while rnd.take():
-            op = "remember" if (n + index) % 2 == 0 else "recall"  # 1:1 over the clients
+            op = OPS[(n + index) % len(OPS)]  # 1:1:1 over the clients
+            if op == "forget" and not own:
+                op = "remember"
             content = sentence(rng, index * 1_000_000 + n)
-            body: dict[str, Any] = ({"content": content, "scope": rnd.scope}
-                                    if op == "remember" else
-                                    {"query": query(rng), "scope": rnd.scope, "k": 5})
-            path = "/v1/memories" if op == "remember" else "/v1/recall"
             t0 = time.perf_counter()
             status: int | None = None
             error: str | None = None
             try:
-                r = client.post(path, json=body)
+                if op == "remember":
+                    r = client.post("/v1/memories", json={"content": content,
+                                                          "scope": rnd.scope})
+                elif op == "recall":
+                    r = client.post("/v1/recall", json={"query": query(rng),
+                                                        "scope": rnd.scope, "k": 5})
+                else:
+                    mid = own.pop(0)
+                    r = client.delete(f"/v1/memories/{mid}")
+                    if r.status_code == 200:
+                        with rnd.lock:
+                            rnd.forgotten.add(mid)
+                    else:
+                        own.insert(0, mid)
                 status = r.status_code
                 if op == "remember" and status == 201:
+                    mid = str(r.json()["id"])
+                    own.append(mid)
                     with rnd.lock:
-                        rnd.writes[str(r.json()["id"])] = content
+                        rnd.writes[mid] = content
             except httpx.HTTPError as exc:
                 error = type(exc).__name__
             rnd.record(op, time.perf_counter() - t0, status, error)
             n += 1
 
 
+def health_loop(base: str, rnd: Round) -> None:
+    """``GET /health`` every 50 ms until the round's clients are done (the floor)."""
+    with httpx.Client(base_url=base, timeout=REQUEST_TIMEOUT) as client:
+        while not rnd.done.wait(0.05):
+            t0 = time.perf_counter()
+            status: int | None = None
+            error: str | None = None
+            try:
+                status = client.get("/health").status_code
+            except httpx.HTTPError as exc:
+                error = type(exc).__name__
+            rnd.record("health", time.perf_counter() - t0, status, error)
+
+
+def waits_loop(pgdata: Path, rnd: Round, counts: Counter[str]) -> None:
+    """Every 20 ms until the round ends, what the server's active backends wait on
+    (``wait_event_type:wait_event`` and the first words of the statement), counted."""
+    import psycopg
+
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+        conn = psycopg.connect(host=lines[4].strip(), port=int(lines[3]), user="postgres",
+                               dbname="mnemovault", autocommit=True)
+    except (OSError, IndexError, ValueError, psycopg.Error) as exc:
+        counts[f"sampler failed: {type(exc).__name__}"] += 1
+        return
+    with conn:
+        while not rnd.done.wait(0.02):
+            counts["_ticks"] += 1
+            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                               "'mnemovault' AND xact_start IS NOT NULL AND pid <> "
+                               "pg_backend_pid()").fetchone()
+            counts["_in_transaction"] += int(row[0]) if row else 0
+            for r in conn.execute(
+                    "SELECT CASE WHEN state <> 'active' THEN 'client (in a writing "
+                    "transaction, after)' ELSE coalesce(wait_event_type || ':' || "
+                    "wait_event, 'cpu') END AS w, "
+                    "left(regexp_replace(query, '\\s+', ' ', 'g'), 50) AS q "
+                    "FROM pg_stat_activity WHERE datname = 'mnemovault' AND pid <> "
+                    "pg_backend_pid() AND (state = 'active' OR (state LIKE 'idle in trans%%'"
+                    " AND backend_xid IS NOT NULL))").fetchall():
+                counts[f"{r[0]} | {r[1]}"] += 1
+
+
 def run_round(base: str, token: str, clients: int, requests: int, seconds: float,
-              seed: int) -> tuple[dict[str, Any], Round]:
+              seed: int, pgdata: Path | None = None) -> tuple[dict[str, Any], Round]:
     rnd = Round(clients, requests, seconds)
+    waits: Counter[str] = Counter()
     threads = [threading.Thread(target=client_loop, args=(base, token, rnd, i, seed),
                                 name=f"load-{clients}-{i}") for i in range(clients)]
+    probe = threading.Thread(target=health_loop, args=(base, rnd), name="load-health")
+    sampler = (threading.Thread(target=waits_loop, args=(pgdata, rnd, waits),
+                                name="load-waits") if pgdata is not None else None)
     t0 = time.perf_counter()
+    probe.start()
+    if sampler is not None:
+        sampler.start()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    done = sum(len(v) for v in rnd.latency.values()) + sum(rnd.errors.values())
+    rnd.done.set()
+    probe.join()
+    if sampler is not None:
+        sampler.join()
+    done = sum(len(v) for k, v in rnd.latency.items() if k != "health") + sum(
+        n for k, n in rnd.errors.items() if not k.startswith("health:"))
     ops = {}
     for op, values in rnd.latency.items():
         ops[op] = {
@@ -217,8 +306,20 @@ def run_round(base: str, token: str, clients: int, requests: int, seconds: float
         "throughput_rps": round(done / wall, 2) if wall else None,
         "ops": ops, "errors": dict(sorted(rnd.errors.items())),
         "error_count": sum(rnd.errors.values()), "writes_acknowledged": len(rnd.writes),
+        "writes_forgotten": len(rnd.forgotten),
         "stopped_by": "count" if rnd.sent >= rnd.budget else "time",
     }
+    if pgdata is not None:
+        ticks, open_tx = waits.pop("_ticks", 0), waits.pop("_in_transaction", 0)
+        governed = sum(len(rnd.latency[op]) for op in OPS)
+        # Little's law: backends inside a transaction on average, over the rate of governed
+        # operations: the transaction time (pooled connection held) per operation, in ms
+        in_progress = open_tx / ticks if ticks else None
+        result["transactions_open_mean"] = (round(in_progress, 2)
+                                            if in_progress is not None else None)
+        result["transaction_ms_per_op"] = (round(in_progress / (governed / wall) * 1000, 1)
+                                           if in_progress is not None and governed else None)
+        result["waits_top"] = dict(waits.most_common(12))
     return result, rnd
 
 
@@ -246,6 +347,95 @@ def lost_writes(base: str, token: str, writes: dict[str, str]) -> dict[str, int]
                 changed += 1
     return {"checked": len(writes), "missing": missing, "changed": changed,
             "read_failed": failed}
+
+
+ERASE_WRITERS = 4
+ERASE_SCOPE = "load-erase"
+ERASE_SUBJECT = "erase-subject"
+
+
+def erase_round(base: str, token: str, erases: int, seed: int) -> dict[str, Any]:
+    """4 writers remember for one subject; the main thread erases it ``erases`` times, one
+    every 0.5 s, never retrying (module docstring)."""
+    headers = {"Authorization": f"Bearer {token}"}
+    stop = threading.Event()
+    lock = threading.Lock()
+    writes: Counter[str] = Counter()
+    write_ms: list[float] = []
+
+    def writer(index: int) -> None:
+        rng = random.Random(seed * 7919 + index)
+        n = 0
+        with httpx.Client(base_url=base, headers=headers, timeout=REQUEST_TIMEOUT) as client:
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                try:
+                    r = client.post("/v1/memories", json={
+                        "content": sentence(rng, index * 1_000_000 + n),
+                        "scope": ERASE_SCOPE, "subject": ERASE_SUBJECT})
+                    key = str(r.status_code)
+                except httpx.HTTPError as exc:
+                    key = type(exc).__name__
+                with lock:
+                    writes[key] += 1
+                    if key == "201":
+                        write_ms.append((time.perf_counter() - t0) * 1000)
+                n += 1
+
+    threads = [threading.Thread(target=writer, args=(i,), name=f"erase-writer-{i}")
+               for i in range(ERASE_WRITERS)]
+    for t in threads:
+        t.start()
+    latencies: list[float] = []
+    statuses: Counter[str] = Counter()
+    erased = 0
+    try:
+        time.sleep(1.0)  # the writers get going
+        with httpx.Client(base_url=base, headers=headers, timeout=REQUEST_TIMEOUT) as client:
+            for _ in range(erases):
+                t0 = time.perf_counter()
+                try:
+                    r = client.post(f"/v1/subjects/{ERASE_SUBJECT}/erase",
+                                    json={"scope": ERASE_SCOPE})
+                    key = str(r.status_code)
+                    if r.status_code == 200:
+                        erased += len(r.json()["deleted"])
+                except httpx.HTTPError as exc:
+                    key = type(exc).__name__
+                statuses[key] += 1
+                latencies.append((time.perf_counter() - t0) * 1000)
+                time.sleep(0.5)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    return {
+        "writers": ERASE_WRITERS, "erases": erases,
+        "erase_status": dict(sorted(statuses.items())),
+        "erase_ms": [round(x, 1) for x in latencies],
+        "erase_p50_ms": _r(percentile(latencies, 50)),
+        "erase_max_ms": _r(max(latencies) if latencies else None),
+        "memories_erased": erased,
+        "writer_status": dict(sorted(writes.items())),
+        "writer_p50_ms": _r(percentile(write_ms, 50)),
+        "within_target": (statuses.get("200", 0) == erases
+                          and max(latencies, default=0.0) < 2000.0),
+    }
+
+
+def ratios(results: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Each operation's p50 at N over its p50 at the smallest N (1 client by default)."""
+    if not results:
+        return {}
+    base = results[0]["ops"]
+    out: dict[str, dict[str, float | None]] = {}
+    for res in results[1:]:
+        row: dict[str, float | None] = {}
+        for op, figures in res["ops"].items():
+            b, x = base.get(op, {}).get("p50_ms"), figures.get("p50_ms")
+            row[op] = round(x / b, 2) if b and x else None
+        out[str(res["clients"])] = row
+    return out
 
 
 def postgres_pids(pgdata: Path) -> list[int]:
@@ -333,13 +523,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
                    help="CI size: 40 requests or 5 s per N, no result file")
-    p.add_argument("--clients", default="1,4,16", help="comma-separated N (1,4,16)")
+    p.add_argument("--clients", default=None,
+                   help="comma-separated N (full: 1,4,16,32; quick: 1,32)")
     p.add_argument("--requests", type=int, default=None,
                    help="requests per N, all clients together (full: 100 x N, at least 400)")
     p.add_argument("--seconds", type=float, default=None,
                    help="time limit per N (full: 120; quick: 5)")
     p.add_argument("--warmup", type=int, default=None,
                    help="untimed requests before the first N (full: 20; quick: 4)")
+    p.add_argument("--erase", type=int, default=None,
+                   help="erases against 4 busy writers after the rounds (full: 10; quick: "
+                        "3; 0: no erase round)")
+    p.add_argument("--waits", action="store_true",
+                   help="sample what the server's backends wait on (pg_stat_activity, every "
+                        "20 ms) and report the most frequent per N")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", type=Path, default=None,
                    help=f"write the JSON here too (full run default: {DEFAULT_OUT})")
@@ -349,7 +546,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    counts = [int(x) for x in args.clients.split(",") if x.strip()]
+    clients = args.clients or ("1,32" if args.quick else "1,4,16,32")
+    counts = [int(x) for x in clients.split(",") if x.strip()]
     seconds = args.seconds if args.seconds is not None else (5.0 if args.quick else 120.0)
     warmup = args.warmup if args.warmup is not None else (4 if args.quick else 20)
     out = args.out if args.out is not None else (None if args.quick else DEFAULT_OUT)
@@ -357,7 +555,8 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"benchmark": "load", "quick": args.quick,
                               "environment": environment(),
                               "settings": {"clients": counts, "seconds_per_n": seconds,
-                                           "mix": "remember:recall 1:1", "recall_k": 5,
+                                           "mix": "remember:recall:forget 1:1:1",
+                                           "recall_k": 5,
                                            "warmup_requests": warmup, "seed": args.seed}}
     data_dir = Path(tempfile.mkdtemp(prefix="mv-load-"))
     os.chmod(data_dir, 0o755)  # the embedded server runs as another user under root
@@ -384,7 +583,8 @@ def main(argv: list[str] | None = None) -> int:
         for n in counts:
             budget = args.requests if args.requests is not None else (
                 40 if args.quick else max(400, 100 * n))
-            res, rnd = run_round(base, token, n, budget, seconds, args.seed)
+            res, rnd = run_round(base, token, n, budget, seconds, args.seed,
+                                 data_dir / "pg" if args.waits else None)
             rounds.append((res, rnd))
             writes[n] = rnd.writes
             ok = ok and rnd.server_errors == 0
@@ -392,11 +592,22 @@ def main(argv: list[str] | None = None) -> int:
                      f"({res['throughput_rps']} req/s), errors {res['error_count']}")
         results = []
         for res, rnd in rounds:
-            res["lost_writes"] = lost_writes(base, token, rnd.writes)
+            res["lost_writes"] = lost_writes(base, token, {
+                k: v for k, v in rnd.writes.items() if k not in rnd.forgotten})
             lost = res["lost_writes"]
             ok = ok and not (lost["missing"] or lost["changed"] or lost["read_failed"])
             results.append(res)
         report["results"] = results
+        report["ratios_p50"] = ratios(results)
+        erases = args.erase if args.erase is not None else (3 if args.quick else 10)
+        if erases:
+            report["erase"] = erase_round(base, token, erases, args.seed)
+            progress(f"erase against {ERASE_WRITERS} writers: {report['erase']['erase_status']}"
+                     f", p50 {report['erase']['erase_p50_ms']} ms, max "
+                     f"{report['erase']['erase_max_ms']} ms")
+            ok = ok and not any(k.startswith("5") or not k.isdigit()
+                                for k in [*report["erase"]["erase_status"],
+                                          *report["erase"]["writer_status"]])
     except (RuntimeError, OSError, httpx.HTTPError, subprocess.TimeoutExpired) as exc:
         report["error"] = f"{type(exc).__name__}: {exc}"
         progress(report["error"])

@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# the erasure ledger's default home (<user state dir>/ledger/<database id>): a throwaway
+# directory, not the user's
+os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="mv-test-state-"))
 
 from mnemovault.config import Settings
 from mnemovault.vault import MemoryVault

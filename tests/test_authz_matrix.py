@@ -99,11 +99,15 @@ def _new_key_id(w: World) -> str:
 
 
 def _pending(w: World) -> str:
-    """The id of a new memory held by the review gate (REQUIRE_REVIEW on for its write)."""
+    """The id of a new memory held by the review gate (REQUIRE_REVIEW on for its write),
+    written by the service key: a reviewer may not approve its own capture."""
     settings = w.vault.settings
     w.vault.settings = settings.model_copy(update={"require_review": True})
     try:
-        return w.memory()
+        r = w.client.post("/v1/memories", headers=w.headers("service"),
+                          json={"content": "The garden plan is due in May.", "scope": "m"})
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
     finally:
         w.vault.settings = settings
 
@@ -206,6 +210,8 @@ TABLE: dict[tuple[str, str], list[Access]] = {
     ("POST", "/v1/keys"): [Access(("keys:manage",), lambda w: Request(
         json={"role": "service"}))],
     ("GET", "/v1/keys"): [Access(("keys:manage",), lambda w: Request(params={"limit": 1}))],
+    ("GET", "/v1/keys/{key_id}"): [Access(("keys:manage",), lambda w: Request(
+        path_params={"key_id": _new_key_id(w)}))],
     ("DELETE", "/v1/keys/{key_id}"): [Access(("keys:manage",), lambda w: Request(
         path_params={"key_id": _new_key_id(w)}))],
     ("POST", "/v1/chat"): [

@@ -285,7 +285,7 @@ def test_rectify_under_the_review_gate_holds_the_new_content_for_review(
     10: rectification makes a new version): with ``REQUIRE_REVIEW=true`` a rectified
     memory is pending until approved. Actual: the new content is active and recalled at
     once, unreviewed (a reviewed memory can be rewritten to anything)."""
-    configure(require_review=True)
+    configure(require_review=True, review_self_approval=True)  # local approves local
     who = vault.principal(tenant)
     r = vault.remember("The harbour gate code is changed weekly", scope="s", principal=who)
     vault.review.approve(r.id, principal=who)
@@ -317,7 +317,7 @@ def test_batch_and_chat_exchanges_are_held_by_the_review_gate(
 # =========================================================================================
 def test_another_tenants_owner_key_gets_nothing_from_the_new_endpoints(
         vault: MemoryVault, tenant: str, configure: Callable[..., None]) -> None:
-    configure(require_review=True)
+    configure(require_review=True, review_self_approval=True)  # local approves local
     who = vault.principal(tenant)
     mem = vault.remember("Zed's locker code note", scope="s", subject="zed", principal=who)
     proc = vault.procedures.capture({"question": "book me a flight", "scope": "s",
@@ -404,7 +404,9 @@ def test_purge_removes_the_tenants_erasure_ledger_file(vault: MemoryVault, tenan
     r = vault.remember("Temporary note for the ledger", scope="s", subject="lee",
                        principal=who)
     vault.subjects.erase("lee", scope="s", principal=who)
-    ledger = Path(vault.settings.ledger_dir or Path(vault.settings.data_dir) / "ledger")
+    from mnemovault.subjects import ledger as ledger_mod
+
+    ledger = ledger_mod.ledger_dir(vault.rt)
     path = ledger / f"{tenant}.jsonl"
     assert path.exists() and str(r.id) in path.read_text()
     vault.tenants.delete(tenant, confirm=f"DELETE-{tenant}")
@@ -630,7 +632,7 @@ def test_a_held_rectification_is_not_recalled_until_approved(
     out = vault.subjects.rectify(r.id, "The lighthouse keeper is called Tamsin",
                                  principal=who)
     assert out.status == "active" and _status(vault, tenant, r.id) == "active"
-    configure(require_review=True)
+    configure(require_review=True, review_self_approval=True)  # local approves local
     out = vault.subjects.rectify(r.id, "The lighthouse keeper is called Jory", principal=who)
     assert out.status == "pending_review"
     assert "Tamsin" not in _rows_text(vault, tenant)["memories"]

@@ -5,8 +5,10 @@ entries and audit rows). The matched text never appears in an error, an event or
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import re
 import threading
 import time
 import uuid
@@ -513,3 +515,245 @@ def test_procedures_and_runs_are_guarded(vault: MemoryVault, tenant: str) -> Non
     with vault.db.transaction(tenant) as conn:
         assert conn.execute("SELECT count(*) AS n FROM procedures").fetchone()["n"] == 0
     assert counts(vault, tenant)["memories"] == 0
+
+
+# -- evasions (issue 20, item 2): the guard reads the sanitiser's normalisation ----------------
+HOMOGLYPH = dict(zip("acehijopsxyABCEHIJKMOPSTXY", "асеһіјорѕхуАВСЕНІЈКМОРЅТХУ", strict=True))
+"""Latin letters and a Cyrillic lookalike of each."""
+
+
+def _fullwidth(text: str) -> str:
+    return "".join("\u3000" if c == " " else chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c
+                   for c in text)
+
+
+def _inside(text: str, s: int, e: int) -> int:
+    """A position in (s, e), nearest the middle, between two characters that are not
+    spaces (where a token can be split)."""
+    mid = (s + e) // 2
+    for p in sorted(range(s + 1, e), key=lambda p: abs(p - mid)):
+        if not text[p - 1].isspace() and not text[p].isspace():
+            return p
+    raise AssertionError("no place to split")
+
+
+def evade(how: str, text: str, s: int, e: int) -> tuple[str, int] | None:
+    """``text`` with the evasion ``how`` applied to its match ``[s, e)``, and the position
+    in the new text the evasion touched; None: not applicable."""
+    if how in ("zero_width", "soft_hyphen", "line_break", "line_break_indented"):
+        p = _inside(text, s, e)
+        mark = {"zero_width": "\u200b", "soft_hyphen": "\u00ad", "line_break": "\n",
+                "line_break_indented": "\n    "}[how]
+        return text[:p] + mark + text[p:], p
+    if how == "fullwidth":
+        return _fullwidth(text), (s + e) // 2
+    if how == "homoglyph":
+        for p in range(s, e):
+            if text[p] in HOMOGLYPH:
+                return text[:p] + HOMOGLYPH[text[p]] + text[p + 1:], p
+        return None
+    if how == "dots":  # a national id with dots for its dashes
+        dotted = re.sub(r"(?<=\d)-(?=\d)", ".", text[s:e])
+        return (text[:s] + dotted + text[e:], s) if dotted != text[s:e] else None
+    raise AssertionError(how)
+
+
+EVASIONS = ("zero_width", "soft_hyphen", "fullwidth", "homoglyph", "line_break",
+            "line_break_indented")
+CASES = [(kind, how) for kind in sorted(SECRETS) for how in EVASIONS] + [
+    (kind, how) for kind in sorted(GOVERNMENT) for how in (*EVASIONS, "dots")]
+
+
+@pytest.mark.parametrize(("kind", "how"), CASES)
+def test_each_kind_is_found_through_each_evasion(kind: str, how: str, vault: MemoryVault,
+                                                 configure: Callable[..., None]) -> None:
+    text = SECRETS.get(kind) or GOVERNMENT[kind]
+    detector = SecretsDetector() if kind in SECRETS else GovernmentIdDetector()
+    want = kind.removesuffix("_bare")
+    [found] = [f for f in detector.scan({"c": text}) if f.kind == want]
+    assert found.start is not None and found.end is not None
+    evaded = evade(how, text, found.start, found.end)
+    if evaded is None or (how == "dots" and kind == "fi_hetu"):
+        pytest.skip("not applicable: no letter with a lookalike in the match (a number "
+                    "alone), or no dash (the Finnish dash is a century sign)")
+    evaded_text, at = evaded
+    assert evaded_text != text
+    configure(block_at_severity="Low")  # password_mention is Medium
+    with pytest.raises(Refused) as info:
+        capture.check_capture(vault.rt, path="remember", fields={"content": evaded_text})
+    hits = [f for f in info.value.details["findings"] if f["kind"] == want]
+    assert hits, info.value.details
+    # the offsets are the original text's: they reach the touched character (a key split
+    # by a line break may already be found in its first line)
+    assert 0 <= hits[0]["start"] <= at <= hits[0]["end"] <= len(evaded_text), hits[0]
+    no_secret_in(info.value.message)
+
+
+RUSSIAN = [
+    "Привет! Мой пароль от почты я не помню, а токен доступа истёк вчера вечером.",
+    "АКЦИЯ: скидка 20% на все товары до конца месяца, код заказа 4711, склад на Тверской.",
+    "Секретарь положил ключ от сейфа в ящик; номер кабинета 305, телефон в приёмной.",
+    "ΑΙΣΘΗΣΗ και ΚΑΛΟΚΑΙΡΙ: η ομάδα ΕΡΓΑΣΙΑΣ συναντιέται στις 10:30 στο γραφείο.",
+]
+_B64 = base64.b64encode(bytes(range(256)) * 4).decode()
+BASE64_BLOB = "\n".join(_B64[i:i + 76] for i in range(0, len(_B64), 76))
+MULTILINE = [
+    BASE64_BLOB,
+    "Dear team,\nthe invoice\n  INV-2024-0042\nis attached.\nAmounts: 971013.25 and\n"
+    "150399.1234 EUR;\nversion 1.2.3-rc.4;\ncoordinates 52.520008,13.404954.",
+    "def login(user, password):\n    return check(user,\n        password)\n",
+    "Roses are red,\nviolets are blue,\nSIN is a function,\nand cosine is too.",
+]
+
+
+@pytest.mark.parametrize("text", [*RUSSIAN, *MULTILINE, *BENIGN])
+def test_benign_text_stays_benign_after_normalisation(text: str, vault: MemoryVault,
+                                                      configure: Callable[..., None]) -> None:
+    configure(block_at_severity="Low")
+    for variant in (text, _fullwidth(text), text.replace(". ", ".\n").replace(", ", ",\n")):
+        capture.check_capture(vault.rt, path="remember", fields={"content": variant})
+
+
+def test_views_map_back_to_the_original() -> None:
+    from mnemovault.guard.normalise import views
+
+    text = f"key: ＡＫ\u200bＩＡ{AWS[4:10]}\n   {AWS[10:]} done"
+    first, joined = views(text)
+    assert first.text == f"key: AKIA{AWS[4:10]}\n   {AWS[10:]} done"
+    assert joined.text == f"key: {AWS} done"
+    s = joined.text.index("AKIA")
+    assert joined.origin(s, s + len(AWS)) == (5, text.index(" done"))
+    plain = "nothing to map here"
+    assert views(plain)[0].text is plain and views(plain)[0].origin(3, 7) == (3, 7)
+
+
+# -- fail closed on a malformed answer (issue 20, item 3) ---------------------------------
+class Answers:
+    """A plugin detector that answers ``answer`` (a function of the fields)."""
+
+    def __init__(self, name: str, answer: Callable[[Mapping[str, str]], Any]) -> None:
+        self.name = name
+        self.answer = answer
+
+    def scan(self, fields: Mapping[str, str]) -> Any:
+        return self.answer(fields)
+
+
+MALFORMED: dict[str, Callable[[Mapping[str, str]], Any]] = {
+    "none": lambda f: None,
+    "dict": lambda f: {"content": "ok"},
+    "tuple": lambda f: (),
+    "generator": lambda f: (x for x in ()),
+    "a_dict_finding": lambda f: [{"detector": "x", "kind": "k", "severity": "High",
+                                  "field": "content"}],
+    "a_string_finding": lambda f: ["nothing"],
+    "int_severity": lambda f: [Finding("m", "k", 4, "content")],  # type: ignore[arg-type]
+    "no_kind": lambda f: [Finding("m", "", Severity.LOW, "content")],
+    "unknown_field": lambda f: [Finding("m", "k", Severity.LOW, "elsewhere")],
+    "negative_start": lambda f: [Finding("m", "k", Severity.LOW, "content", -1, 2)],
+    "end_past_text": lambda f: [Finding("m", "k", Severity.LOW, "content", 0,
+                                        len(f["content"]) + 1)],
+    "start_after_end": lambda f: [Finding("m", "k", Severity.LOW, "content", 3, 2)],
+    "one_offset": lambda f: [Finding("m", "k", Severity.LOW, "content", 0, None)],
+    "str_offsets": lambda f: [Finding("m", "k", Severity.LOW, "content",
+                                      "0", "2")],  # type: ignore[arg-type]
+    "bool_offsets": lambda f: [Finding("m", "k", Severity.LOW, "content", False, True)],
+}
+
+
+@pytest.mark.parametrize("how", sorted(MALFORMED))
+def test_a_malformed_answer_fails_closed(how: str, vault: MemoryVault, tenant: str,
+                                         plugged: Callable[..., Any],
+                                         events: list[capture.GuardEvent]) -> None:
+    plugged(Answers(f"odd_{how}", MALFORMED[how]))
+    with pytest.raises(Unavailable) as info:
+        vault.remember("A harmless memory.", scope="s", principal=vault.principal(tenant))
+    assert info.value.status == 503
+    assert info.value.details == {"detector": f"odd_{how}", "reason": "malformed"}
+    assert f"odd_{how}" in info.value.message and "harmless" not in info.value.message
+    assert counts(vault, tenant) == {"memories": 0, "pii_values": 0, "audit_log": 0}
+    assert [(e.outcome, e.detector) for e in events] == [("malformed", f"odd_{how}")]
+
+
+def test_well_formed_plugin_findings_with_offsets_pass_and_map_back(
+        vault: MemoryVault, plugged: Callable[..., Any], configure: Callable[..., None]) -> None:
+    def codename(fields: Mapping[str, str]) -> list[Finding]:
+        return [Finding("codenames", "codename", Severity.HIGH, k, t.index("BLUEBIRD"),
+                        t.index("BLUEBIRD") + 8) for k, t in fields.items() if "BLUEBIRD" in t]
+
+    plugged(Answers("codenames", codename))
+    text = "Project ＢＬＵＥ\u200bＢＩＲＤ ships"  # the plugin reads the normalised view too
+    with pytest.raises(Refused) as info:
+        capture.check_capture(vault.rt, path="remember", fields={"content": text})
+    f = info.value.details["findings"][0]
+    assert (f["kind"], f["start"], f["end"]) == ("codename", 8, 17)
+
+
+# -- paths that skipped the guard (issue 20, item 4) --------------------------------------
+def test_a_key_name_with_a_secret_is_refused(vault: MemoryVault, tenant: str) -> None:
+    with vault.db.transaction(tenant) as conn:
+        before = conn.execute("SELECT count(*) AS n FROM api_keys").fetchone()["n"]
+    for kwargs in ({"name": f"deploy {AWS}"}, {"name": "ci", "scope": f"pw={JWT}"}):
+        with pytest.raises(Refused) as info:
+            vault.create_key(tenant, "member", **kwargs)  # type: ignore[arg-type]
+        no_secret_in(info.value.message)
+    with vault.db.transaction(tenant) as conn:
+        assert conn.execute("SELECT count(*) AS n FROM api_keys").fetchone()["n"] == before
+    vault.create_key(tenant, "member", name="deploy bot")
+
+
+class Recording:
+    """A chat provider that records every prompt it is sent."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.prompts: list[Any] = []
+
+    def stream(self, prompt: Any) -> Iterator[str]:
+        self.prompts.append(prompt)
+        yield "noted"
+
+
+@pytest.fixture
+def model(vault: MemoryVault) -> Iterator[Recording]:
+    original = vault.rt.llm
+    vault.rt.llm = rec = Recording()
+    yield rec
+    vault.rt.llm = original
+
+
+def test_chat_history_passes_the_guard_before_the_model(vault: MemoryVault, tenant: str,
+                                                        client: TestClient,
+                                                        model: Recording) -> None:
+    who = vault.principal(tenant)
+    history = [{"role": "user", "content": "hi"},
+               {"role": "assistant", "content": f"your key is {AWS}"}]
+    for store in (True, False):  # nothing would be stored: the secret would still leave
+        with pytest.raises(Refused) as info:
+            vault.chat("thanks", scope="s", history=history, store=store, principal=who)
+        assert info.value.field == "history.1.content"
+    auth = {"Authorization": f"Bearer {_token(vault, tenant)}"}
+    r = client.post("/v1/chat/completions", headers=auth, json={
+        "model": "mnemovault:s", "store": False,
+        "messages": [{"role": "user", "content": f"my SSN is {SSN}"},
+                     {"role": "assistant", "content": "ok"},
+                     {"role": "user", "content": "what did I say?"}]})
+    assert r.status_code == 409 and r.json()["error"]["field"] == "history.0.content", r.text
+    no_secret_in(r.text)
+    assert model.prompts == []  # the model never saw any of it
+    assert counts(vault, tenant)["memories"] == 0
+    vault.chat("thanks", scope="s", history=[{"role": "user", "content": "hi"}],
+               principal=who)
+    assert len(model.prompts) == 1
+
+
+def test_ids_with_dots_for_their_separators() -> None:
+    for text, kind in (("NIE X.1234567.L", "es_nie"), ("DNI 12345678.Z", "es_dni"),
+                       ("Aadhaar 2345.6789.0124", "in_aadhaar"), ("my SIN is 123.456.782",
+                                                                  "ca_sin"),
+                       ("RRN 971013.9019902", "kr_rrn"), ("SSN 536.90.4399", "us_ssn")):
+        assert [f.kind for f in GovernmentIdDetector().scan({"c": text})] == [kind], text
+    for text in ("ref 536.90-4399", "NIE X.1234567-L", "Aadhaar 2345.6789 0124",
+                 "version 536.90.4399.1"):  # mixed separators, or part of a longer number
+        assert GovernmentIdDetector().scan({"c": text}) == [], text

@@ -192,3 +192,40 @@ def test_a_one_line_jsonl_file_names_its_line_in_errors(tmp_path: Path) -> None:
         assert err.value.message.startswith("line 2: ")
     one.write_text(json.dumps({"text": "x"}) + "\n", encoding="utf-8")
     assert read_file(one).format == "jsonl"
+
+
+def test_a_failed_batch_says_how_many_records_earlier_batches_committed(
+        tmp_path: Path, data_dir: Path, tenant: str, vault: MemoryVault) -> None:
+    """Issue 29 item 8: batches 1-2 commit, batch 3 is refused by the capture guard; the
+    error says 4 records stay (not "nothing was changed"), and --skip imports the rest."""
+    secret = "AKIAQX7ZR2LKVE3MB5TW"  # an AWS access key id: refused (Critical)
+    records = [{"text": f"harbour note {n}"} for n in range(1, 5)]
+    records += [{"text": f"the key is {secret}"}, {"text": "harbour note 6"}]
+    f = tmp_path / "notes.jsonl"
+    f.write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8")
+    res = _cli(data_dir, tenant, "import", str(f), "--scope", "dock", "--batch-size", "2")
+    assert res.exit_code == 5, res.output  # refused
+    err = " ".join(res.stderr.split())
+    assert "4 records before them were committed and stay" in err
+    assert "records 5-6 of 6" in err and "--skip 4" in err
+    assert secret not in res.output
+    page = vault.list(scope="dock", principal=vault.principal(tenant))
+    assert sorted(m.content for m in page.items) == [f"harbour note {n}" for n in range(1, 5)]
+
+    f.write_text("\n".join(json.dumps(r) for r in [*records[:4], {"text": "harbour note 5"},
+                                                   records[5]]) + "\n", encoding="utf-8")
+    res = _cli(data_dir, tenant, "import", str(f), "--scope", "dock", "--batch-size", "2",
+               "--skip", "4", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["imported"] == 2
+    page = vault.list(scope="dock", principal=vault.principal(tenant))
+    assert len(page.items) == 6
+
+
+def test_a_first_batch_that_fails_keeps_its_own_message(
+        tmp_path: Path, data_dir: Path, tenant: str) -> None:
+    f = tmp_path / "one.jsonl"
+    f.write_text(json.dumps({"text": "the key is AKIAQX7ZR2LKVE3MB5TW"}) + "\n",
+                 encoding="utf-8")
+    res = _cli(data_dir, tenant, "import", str(f), "--scope", "dock")
+    assert res.exit_code == 5 and "committed" not in res.stderr

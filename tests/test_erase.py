@@ -244,6 +244,8 @@ def test_a_write_during_an_erase_conflicts_then_the_retry_is_clean(
         return orig_embed(rt, prepared)
 
     monkeypatch.setattr(write_mod, "embed", slow_embed)
+    # the erase waits this long for the write under way (issue 29), which never commits
+    monkeypatch.setattr(vault.settings, "erase_lock_timeout_seconds", 0.3)
     t = threading.Thread(target=lambda: result.setdefault(
         "write", vault.remember("Ada came back", scope="s", subject=w.ada, principal=who)))
     t.start()
@@ -259,6 +261,66 @@ def test_a_write_during_an_erase_conflicts_then_the_retry_is_clean(
     retry = vault.subjects.erase(w.ada, scope="s", principal=who)  # the retry is clean
     assert retry.deleted == [result["write"].id]
     assert _all_pages(vault, tenant, w.ada, "s") == []
+
+
+def test_an_erase_waits_for_the_writes_under_way_and_new_writes_yield_to_it(
+        vault: MemoryVault, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29: an erase that finds a write of its subject in its transaction waits for
+    it (up to erase_lock_timeout_seconds) instead of failing; a write that arrives while
+    the erase waits fails at once (it would otherwise keep the erase waiting); the erase
+    then removes the write that committed before it."""
+    w = build(vault, tenant)
+    who = vault.principal(tenant)
+    inside, release = threading.Event(), threading.Event()
+    orig_embed = write_mod.embed
+
+    def slow_embed(rt: Any, prepared: Any) -> Any:  # step 5 runs in the write's transaction
+        if threading.current_thread().name == "writer":
+            inside.set()
+            release.wait(30)
+        return orig_embed(rt, prepared)
+
+    monkeypatch.setattr(write_mod, "embed", slow_embed)
+    monkeypatch.setattr(vault.settings, "erase_lock_timeout_seconds", 20.0)
+    result: dict[str, Any] = {}
+    errors: list[BaseException] = []
+
+    def run(name: str, fn: Any) -> None:
+        try:
+            result[name] = fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    writer = threading.Thread(name="writer", target=run, args=("write", lambda: vault.remember(
+        "Ada came back", scope="s", subject=w.ada, principal=who)))
+    writer.start()
+    assert inside.wait(30)
+    t0 = time.monotonic()
+    eraser = threading.Thread(target=run, args=("erase", lambda: vault.subjects.erase(
+        w.ada, scope="s", principal=who)))
+    eraser.start()
+    deadline = time.monotonic() + 10  # the erase is queued on the subject's lock
+    while not _waiting_on_advisory_lock(vault) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _waiting_on_advisory_lock(vault)
+    with pytest.raises(Conflict):  # a new write of the subject does not jump the queue
+        vault.remember("Ada once more", scope="s", subject=w.ada, principal=who)
+    vault.remember("Bob is not being erased", scope="s", subject=w.bob, principal=who)
+    release.set()
+    writer.join(30)
+    eraser.join(30)
+    assert not errors, errors
+    assert time.monotonic() - t0 < 15
+    assert result["write"].id in result["erase"].deleted
+    assert sorted(result["erase"].deleted) == sorted([*w.ada_s, result["write"].id])
+    assert _all_pages(vault, tenant, w.ada, "s") == []
+
+
+def _waiting_on_advisory_lock(vault: MemoryVault) -> bool:
+    with owner_connection(vault.db.url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                           "AND NOT granted").fetchone()
+    return bool(row and row[0])
 
 
 _CHILD = textwrap.dedent("""

@@ -18,7 +18,7 @@ from mnemovault.api import create_app
 from mnemovault.auth import hash_secret, parse_token
 from mnemovault.cli import app as cli_app
 from mnemovault.config import Settings
-from mnemovault.errors import Unauthenticated
+from mnemovault.errors import Conflict, Forbidden, Unauthenticated
 from mnemovault.vault import MemoryVault
 
 
@@ -231,3 +231,217 @@ def test_cli_list_and_revoke_never_create_a_database(tmp_path: Path) -> None:
         res = CliRunner().invoke(cli_app, ["--data-dir", str(empty), *args])
         assert res.exit_code == 7, res.output
     assert not (empty / "pg").exists()
+
+
+# -- the key hierarchy (issue 19, item 5) --------------------------------------------------
+NARROW_OWNER = ["memory:read", "keys:manage"]  # an owner key narrowed below every owner's
+
+
+def _alive(client: TestClient, token: str) -> bool:
+    return client.get("/v1/memories", headers=_h(token)).status_code == 200
+
+
+def _key_count(vault: MemoryVault, tenant: str) -> int:
+    with vault.db.transaction(tenant) as conn:
+        return int(conn.execute("SELECT count(*) AS n FROM api_keys WHERE tenant_id = %s",
+                                (tenant,)).fetchone()["n"])
+
+
+def test_a_key_creates_only_keys_at_or_below_its_role(client: TestClient, vault: MemoryVault,
+                                                      tenant: str) -> None:
+    admin, _ = _key(vault, tenant, "admin")
+    before = _key_count(vault, tenant)
+    for body in ({"role": "owner"}, {"role": "owner", "permissions": ["memory:read"]}):
+        r = client.post("/v1/keys", headers=_h(admin), json=body)
+        assert r.status_code == 403, r.text
+        err = r.json()["error"]
+        assert err["details"]["rule"] == "key_hierarchy" and err["field"] == "role"
+        assert "key hierarchy" in err["message"] and "'owner'" in err["message"]
+    assert _key_count(vault, tenant) == before  # nothing was stored
+    for role in ("admin", "member", "service"):
+        r = client.post("/v1/keys", headers=_h(admin), json={"role": role})
+        assert r.status_code == 201 and r.json()["role"] == role, r.text
+    # a narrowed owner key is still an owner: it creates owner keys no broader than itself
+    narrow, _ = _key(vault, tenant, "owner", permissions=NARROW_OWNER)
+    r = client.post("/v1/keys", headers=_h(narrow),
+                    json={"role": "owner", "permissions": ["memory:read"]})
+    assert r.status_code == 201 and r.json()["permissions"] == ["memory:read"], r.text
+    who = vault.authenticate(_key(vault, tenant, "member")[0])
+    with pytest.raises(Forbidden):
+        vault.create_key(tenant, "member", principal=who)  # no keys:manage at all
+    admin_who = vault.authenticate(admin)
+    with pytest.raises(Forbidden) as info:
+        vault.create_key(tenant, "owner", principal=admin_who)
+    assert info.value.details["rule"] == "key_hierarchy"
+
+
+def test_a_lower_role_cannot_revoke_a_higher_one(client: TestClient, vault: MemoryVault,
+                                                 tenant: str) -> None:
+    """Issue 19, item 5: an admin, or a narrowed owner key, revoked an unlimited owner
+    key."""
+    owner, owner_id = _key(vault, tenant, "owner")
+    _key(vault, tenant, "owner")  # a second unlimited owner: the last-owner rule is not it
+    admin, admin_id = _key(vault, tenant, "admin")
+    narrow, narrow_id = _key(vault, tenant, "owner", permissions=NARROW_OWNER)
+    for token in (admin, narrow):
+        r = client.delete(f"/v1/keys/{owner_id}", headers=_h(token))
+        assert r.status_code == 403, r.text
+        err = r.json()["error"]
+        assert err["details"]["rule"] == "key_hierarchy" and err["field"] == "key_id"
+    assert "only an unlimited owner key" in err["message"]
+    assert _alive(client, owner)
+    assert "KEY_REVOKE" not in _audit(vault, tenant)  # refusals change and record nothing
+    # an admin may not revoke the narrowed owner key either: it is still an owner key
+    r = client.delete(f"/v1/keys/{narrow_id}", headers=_h(admin))
+    assert r.status_code == 403 and "'admin'" in r.json()["error"]["message"], r.text
+    # at or below its own role: an admin revokes an admin, a narrowed owner an admin
+    other_admin, other_admin_id = _key(vault, tenant, "admin")
+    r = client.delete(f"/v1/keys/{other_admin_id}", headers=_h(admin))
+    assert r.status_code == 200 and not _alive(client, other_admin), r.text
+    r = client.delete(f"/v1/keys/{admin_id}", headers=_h(narrow))
+    assert r.status_code == 200 and not _alive(client, admin), r.text
+    # a key may always revoke itself; an unlimited owner revokes a narrowed owner
+    r = client.delete(f"/v1/keys/{narrow_id}", headers=_h(narrow))
+    assert r.status_code == 200, r.text
+    narrow2, narrow2_id = _key(vault, tenant, "owner", permissions=NARROW_OWNER)
+    r = client.delete(f"/v1/keys/{narrow2_id}", headers=_h(owner))
+    assert r.status_code == 200 and not _alive(client, narrow2), r.text
+    # the library says the same
+    member_id = _key(vault, tenant, "member")[1]
+    admin_who = vault.authenticate(_key(vault, tenant, "admin")[0])
+    with pytest.raises(Forbidden) as info:
+        vault.revoke_key(owner_id, principal=admin_who)
+    assert info.value.details["rule"] == "key_hierarchy"
+    assert vault.revoke_key(member_id, principal=admin_who)["already_revoked"] is False
+
+
+def test_the_last_owner_key_cannot_be_revoked_by_a_key(
+        client: TestClient, vault: MemoryVault, tenant: str, settings: Settings) -> None:
+    owner, owner_id = _key(vault, tenant, "owner")
+    _key(vault, tenant, "owner", permissions=NARROW_OWNER)  # narrowed: does not count
+    r = client.delete(f"/v1/keys/{owner_id}", headers=_h(owner))
+    assert r.status_code == 409, r.text
+    err = r.json()["error"]
+    assert err["code"] == "conflict" and err["details"]["rule"] == "last_owner"
+    assert "last owner key" in err["message"]
+    assert _alive(client, owner) and "KEY_REVOKE" not in _audit(vault, tenant)
+    _, second_id = _key(vault, tenant, "owner")
+    r = client.delete(f"/v1/keys/{second_id}", headers=_h(owner))  # one remains: fine
+    assert r.status_code == 200 and r.json()["last_owner"] is False, r.text
+    r = client.delete(f"/v1/keys/{owner_id}", headers=_h(owner))
+    assert r.status_code == 409
+    third, third_id = _key(vault, tenant, "owner")
+    r = client.delete(f"/v1/keys/{owner_id}", headers=_h(third))  # another unlimited one
+    assert r.status_code == 200 and not _alive(client, owner), r.text
+    # the local operator may revoke the last one (it can always make a new key): the CLI
+    res = _cli(settings, "keys", "revoke", third_id, "--tenant", tenant)
+    assert res.exit_code == 0, res.output
+    assert "no unlimited owner key left" in res.output
+    assert not _alive(client, third)
+    rows = [json.loads(line) for line in _audit(vault, tenant).splitlines()]
+    last = [x for x in rows if x["operation"] == "KEY_REVOKE"][-1]
+    assert last["details"]["key_id"] == third_id and last["details"]["last_owner"] is True
+    assert last["actor"] == "local"
+
+
+def test_the_last_narrowed_owner_key_is_kept_too(client: TestClient, vault: MemoryVault,
+                                                 tenant: str) -> None:
+    narrow, narrow_id = _key(vault, tenant, "owner", permissions=NARROW_OWNER)
+    r = client.delete(f"/v1/keys/{narrow_id}", headers=_h(narrow))
+    assert r.status_code == 409 and r.json()["error"]["details"]["rule"] == "last_owner"
+    res = vault.revoke_key(narrow_id, principal=vault.principal(tenant))
+    assert res["last_owner"] is True and not _alive(client, narrow)
+
+
+# -- key metadata shows personal values as placeholders (issue 19, item 6) -----------------
+def test_limits_are_placeholders_without_pii_reveal(client: TestClient, vault: MemoryVault,
+                                                    tenant: str, settings: Settings) -> None:
+    owner, _ = _key(vault, tenant, "owner")
+    admin, _ = _key(vault, tenant, "admin")
+    r = client.post("/v1/keys", headers=_h(owner), json={
+        "role": "member", "scope": "erin@example.org", "subject": "dana@example.org"})
+    assert r.status_code == 201 and r.json()["subject"] == "dana@example.org", r.text
+    limited_id = r.json()["key_id"]
+    # an admin (no pii:reveal): the listing and the single view show the placeholders
+    listed = {k["key_id"]: k for k in client.get("/v1/keys", headers=_h(admin)).json()["items"]}
+    one = client.get(f"/v1/keys/{limited_id}", headers=_h(admin))
+    assert one.status_code == 200, one.text
+    for view in (listed[limited_id], one.json()):
+        assert view["subject"].startswith("{email:p_") and view["scope"].startswith("{email:")
+        assert view["subject"] != view["scope"]
+    for text in (client.get("/v1/keys", headers=_h(admin)).text, one.text):
+        assert "dana@" not in text and "erin@" not in text
+    with vault.db.transaction(tenant) as conn:
+        stored = conn.execute("SELECT subject_id FROM api_keys WHERE key_id = %s",
+                              (uuid.UUID(limited_id),)).fetchone()["subject_id"]
+    assert one.json()["subject"] == stored
+    # a key an admin creates is shown to it the same way
+    r = client.post("/v1/keys", headers=_h(admin), json={"role": "service",
+                                                          "subject": "dana@example.org"})
+    assert r.status_code == 201 and r.json()["subject"] == stored, r.text
+    # with pii:reveal (an owner; the library's and the CLI's local operator) in clear
+    one = client.get(f"/v1/keys/{limited_id}", headers=_h(owner)).json()
+    assert (one["subject"], one["scope"]) == ("dana@example.org", "erin@example.org")
+    admin_who = vault.authenticate(admin)
+    assert vault.get_key(limited_id, principal=admin_who)["subject"] == stored
+    by_lib = {k["key_id"]: k for k in vault.list_keys(principal=admin_who)["items"]}
+    assert by_lib[limited_id]["subject"] == stored
+    assert vault.get_key(limited_id, principal=vault.principal(tenant))["subject"] == (
+        "dana@example.org")
+    res = _cli(settings, "keys", "list", "--tenant", tenant, "--json")
+    cli_items = {k["key_id"]: k for k in json.loads(res.stdout)["items"]}
+    assert cli_items[limited_id]["subject"] == "dana@example.org"
+    # a shredded value is [erased] for everyone
+    vault.shred([stored], principal=vault.principal(tenant))
+    for token in (admin, owner):
+        one = client.get(f"/v1/keys/{limited_id}", headers=_h(token)).json()
+        assert one["subject"] == "[erased]", one
+    assert client.get(f"/v1/keys/{uuid.uuid4()}", headers=_h(admin)).status_code == 404
+    member, _ = _key(vault, tenant, "member")
+    r = client.get(f"/v1/keys/{limited_id}", headers=_h(member))
+    assert r.status_code == 403 and r.json()["error"]["details"]["permission"] == "keys:manage"
+
+
+def test_two_owners_revoking_each_other_leave_one(vault: MemoryVault, tenant: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both revocations read the tenant's owner keys before either writes (the barrier):
+    the lock on those rows makes the second wait for the first and see its revocation."""
+    import contextlib
+    import threading
+
+    from mnemovault.store import tenants as tenants_store
+
+    a, a_id = _key(vault, tenant, "owner")
+    b, b_id = _key(vault, tenant, "owner")
+    real = tenants_store.live_owner_keys
+    barrier = threading.Barrier(2, timeout=3)
+
+    def read_then_wait(conn: Any, t: str) -> list[dict[str, Any]]:
+        rows = real(conn, t)
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait()  # the other revocation reads too, unless the lock holds it
+        return rows
+
+    monkeypatch.setattr(tenants_store, "live_owner_keys", read_then_wait)
+    outcome: dict[str, str] = {}
+
+    who = {a: vault.authenticate(a), b: vault.authenticate(b)}  # before either revokes
+
+    def revoke(me: str, other_id: str) -> None:
+        try:
+            vault.revoke_key(other_id, principal=who[me])
+            outcome[me] = "revoked"
+        except Conflict as exc:
+            outcome[me] = str(exc.details.get("rule"))
+
+    threads = [threading.Thread(target=revoke, args=(a, b_id)),
+               threading.Thread(target=revoke, args=(b, a_id))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(outcome.values()) == ["last_owner", "revoked"], outcome
+    with vault.db.transaction(tenant) as conn:
+        live = conn.execute("SELECT count(*) AS n FROM api_keys WHERE role = 'owner' "
+                            "AND revoked_at IS NULL").fetchone()["n"]
+    assert live == 1

@@ -234,7 +234,7 @@ def _apply(vault: MemoryVault, tenant: str, op: tuple[Any, ...]) -> None:
                          (kind == "archive", pick(op[1])))
     elif kind == "hold":
         with vault.db.transaction(tenant) as conn:
-            store_review.hold(conn, tenant, pick(op[1]))
+            store_review.hold(conn, tenant, pick(op[1]), captured_by="key:held-by-the-test")
     elif kind == "decide":
         held = [r["id"] for r in rows if r["status"] == "pending_review"]
         if held:

@@ -123,3 +123,39 @@ def test_cli_verifies_offline_with_the_public_key(
     assert json.loads(res.stdout) == {"valid": False, "field": "tenant",
                                       "error": json.loads(res.stdout)["error"]}
     assert "tenant" in json.loads(res.stdout)["error"]
+
+
+_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def _padding_bit_variant(text: str) -> str:
+    """The same bytes in non-canonical base64: the last character before the padding with
+    its unused low bits set (a 64-byte signature ends ``X==``: 4 unused bits)."""
+    body = text.rstrip("=")
+    unused = {2: 4, 1: 2}[len(text) - len(body)]
+    last = _B64.index(body[-1])
+    assert last % (1 << unused) == 0  # canonical: the unused bits are zero
+    return body[:-1] + _B64[last | 1] + text[len(body):]
+
+
+def test_a_non_canonical_signature_text_is_refused(vault: MemoryVault,
+                                                   erased: dict[str, Any]) -> None:
+    import base64
+
+    r = copy.deepcopy(erased["receipt"])
+    variant = _padding_bit_variant(r["signature"])
+    assert variant != r["signature"]
+    # a lenient decoder reads both texts as the same signature bytes
+    assert base64.b64decode(variant) == base64.b64decode(r["signature"])
+    r["signature"] = variant
+    with pytest.raises(ValidationError) as info:
+        vault.subjects.verify_receipt(r)
+    assert info.value.field == "signature"
+    for bad in (r["signature"].rstrip("="), r["signature"] + "\n", " " + r["signature"]):
+        with pytest.raises(ValidationError) as info:  # missing padding, whitespace
+            vault.subjects.verify_receipt({**r, "signature": bad})
+        assert info.value.field == "signature"
+    with pytest.raises(ValueError):
+        receipts.strict_b64decode(variant)
+    assert receipts.strict_b64decode(erased["receipt"]["signature"]) == base64.b64decode(
+        erased["receipt"]["signature"])

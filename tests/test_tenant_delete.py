@@ -331,3 +331,49 @@ def test_the_schedule_purges_an_expired_tenant(vault: MemoryVault, tenant: str) 
             time.sleep(0.1)
     assert bg.runs["purge"] == 1  # once at start, the next one 6 hours later
     assert sum(_counts(vault, tenant).values()) == 0
+
+
+class _Killed(BaseException):
+    """Stands for the process dying (nothing after it runs, no except clause catches it)."""
+
+
+def test_a_purge_killed_after_its_commit_is_finished_by_the_next_run(
+        vault: MemoryVault, tenant: str, settings: Any, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """Issue 29 item 6: the tenant's audit mirror and ledger files, its record in the purge
+    file and the system chain's mirror line are done by the next purge run."""
+    from mnemovault.subjects import ledger as ledger_mod
+    from mnemovault.tenants import lifecycle
+
+    _populate(vault, tenant)
+    mirror = Path(settings.data_dir) / "audit" / f"{tenant}.jsonl"
+    system_mirror = Path(settings.data_dir) / "audit" / f"{SYSTEM_TENANT}.jsonl"
+    ledger_file = ledger_mod.ledger_dir(vault.rt) / f"{tenant}.jsonl"
+    assert mirror.exists() and ledger_file.exists()
+    t0 = datetime.now(UTC)
+    vault.tenants.delete(tenant, confirm=f"DELETE-{tenant}", now=t0)
+
+    def die(rt: Any) -> None:
+        raise _Killed
+
+    monkeypatch.setattr(lifecycle, "_sync_system_mirror", die)
+    with pytest.raises(_Killed):
+        vault.tenants.purge_expired(now=t0 + 31 * DAY)
+    monkeypatch.undo()
+    # committed: the rows are gone and the system row is there; nothing after the commit ran
+    assert _counts(vault, tenant)["memories"] == 0
+    (row,) = _system_rows(vault, tenant)
+    assert mirror.exists() and ledger_file.exists()
+    assert tenant not in [e["tenant"] for e in ledger_mod.purges(vault.rt)]
+    line = f'"seq":{row["seq"]},'
+    assert not system_mirror.exists() or line not in system_mirror.read_text()
+
+    result = vault.tenants.purge_expired(now=t0 + 32 * DAY)  # the next run
+    assert tenant not in [p["tenant"] for p in result["purged"]]
+    assert not mirror.exists() and not ledger_file.exists()
+    recorded = [e for e in ledger_mod.purges(vault.rt) if e["tenant"] == tenant]
+    assert [e["audit_seq"] for e in recorded] == [row["seq"]]
+    assert line in system_mirror.read_text() and f'"tenant_id":"{tenant}"' in \
+        system_mirror.read_text()
+    assert lifecycle.finish_purges(vault.rt) == []  # once only
+    assert len([e for e in ledger_mod.purges(vault.rt) if e["tenant"] == tenant]) == 1

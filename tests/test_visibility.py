@@ -53,8 +53,8 @@ def test_quoting_an_outside_placeholder_reveals_nothing(vault: MemoryVault,
         assert ph in got.content and value not in got.content
         hits = vault.recall("remember for later", scope=scope, reveal=True, principal=who)
         assert hits and value not in _texts(hits) and ph in _texts(hits)
-        entry = vault.vault_entry(ph, reveal=True, principal=who)  # it quotes it: seen
-        assert "value" not in entry
+        with pytest.raises(NotFound):  # quoting it: not found, like a made-up placeholder
+            vault.vault_entry(ph, reveal=True, principal=who)
         assert value not in _texts(vault.placeholder_outputs([ph], reveal=True,
                                                              principal=who))
     # the unlimited owner reveals it, through any record
@@ -89,7 +89,14 @@ def test_a_value_written_by_the_limited_key_itself_is_revealed(
     who, value = world["scoped"], world["value"]
     r = vault.remember(f"My landlord is {value}", scope="mine", principal=who)
     assert r.placeholders == [world["ph"]]  # listed as created: nothing tells it existed
-    assert value in vault.get(r.id, reveal=True, principal=who).content
+    mine = vault.get(r.id, reveal=True, principal=who)
+    assert value in mine.content
+    # the entry's date is its first use within the limits, not when it was first seen
+    assert vault.vault_entry(world["ph"], principal=who)["created_at"] == mine.created_at
+    assert vault.vault_entry(world["ph"], principal=world["owner"])["created_at"] < \
+        mine.created_at
+    assert [e["created_at"] for e in vault.vault_entries(principal=who)
+            if e["placeholder"] == world["ph"]] == [mine.created_at]
     again = vault.remember(f"Call {value} again", scope="mine", principal=who)
     assert again.placeholders == []  # now used within its limits
 

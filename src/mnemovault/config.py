@@ -100,10 +100,11 @@ class Settings(BaseSettings):
     audit_jsonl: bool = True
     audit_jsonl_dir: Path | None = None
 
-    # erasure ledger (issue 10; mnemovault.subjects.ledger): each erase, forget and shred
-    # is recorded in the erasure_ledger table and, after commit, appended to a JSON Lines
-    # file outside the database (default <data_dir>/ledger/<tenant>.jsonl) that a backup
-    # restore does not roll back; `mnemovault reapply-erasures` reads it
+    # erasure ledger (issues 10, 21; mnemovault.subjects.ledger): each erase, forget and
+    # shred is recorded in the erasure_ledger table and, after commit, appended (chained,
+    # signed) to a JSON Lines file outside the database and the data directory (default
+    # <user state dir>/ledger/<database id>/<tenant>.jsonl) that a backup restore does not
+    # roll back; every start re-erases what a restored database lacks from it
     ledger_file: bool = True
     ledger_dir: Path | None = None
 
@@ -225,6 +226,19 @@ class Settings(BaseSettings):
     self_registration_quota: int = Field(default=1000, ge=0)
     rate_limit_register: str = "10/hour"
     rate_limit_agent: str = "120/minute"
+    # separation of duties under the review gate (mnemovault.governance.review): false, an
+    # item is approved only by another actor than the one that captured it (another key
+    # id; the local operator is the one actor "local"); true allows self-approval
+    review_self_approval: bool = Field(default=False, validation_alias="REVIEW_SELF_APPROVAL")
+    # concurrency and outages (issue 29): an erase waits this long for the writes of its
+    # subject (or scope) under way to commit before it answers Conflict (0: it fails at
+    # once, as before); the pool's connection attempts give up after
+    # db_connect_timeout_seconds, and a request that finds no connection in the pool
+    # within that time asks the server directly, answering Unavailable at once when it is
+    # down instead of waiting pool_timeout_seconds for a connection
+    erase_lock_timeout_seconds: float = Field(default=5.0, ge=0, le=600)
+    db_connect_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
+    pool_timeout_seconds: float = Field(default=30.0, gt=0)
 
 
 def get_settings() -> Settings:

@@ -12,7 +12,21 @@ free-text field, and revealed into the principal when the key is used.
 
 Keys are listed (metadata only: never a secret or hash) and revoked by holders of
 ``keys:manage``; a revoked key fails at once on every interface, since every request
-authenticates afresh. Keys are never deleted, so a listing keeps revoked ones.
+authenticates afresh. Keys are never deleted, so a listing keeps revoked ones. In key
+metadata (:func:`list_keys`, :func:`get_key`) a scope or subject limit is shown as stored,
+its personal values as their placeholders, to a caller without ``pii:reveal``; with it,
+as the caller writes it (a shredded value is ``[erased]`` for everyone).
+
+The key hierarchy (:data:`RANK`: owner > admin > member > service). A key creates and
+revokes only keys at or below its own role; an owner key is revoked only by an
+*unlimited* owner key (its role's every permission, no scope or subject: a narrowed owner
+key counts as below it) or by the local operator; any key may revoke itself. A tenant's
+last unrevoked owner key (for an unlimited one: its last unlimited owner key) cannot be
+revoked by a key (:class:`~mnemovault.errors.Conflict`, ``details.rule = "last_owner"``):
+create another one first. The local operator (``principal`` None or ``key_id`` None: the
+library and the CLI, who own the database) may revoke it: it can always create a new key,
+and a leaked last owner key must be revocable. Refusals are
+:class:`~mnemovault.errors.Forbidden` with ``details.rule = "key_hierarchy"``.
 
 The token format, the roles and their permissions are in :mod:`mnemovault.auth`; the SQL
 in :mod:`mnemovault.store.tenants`.
@@ -38,7 +52,8 @@ from mnemovault.auth import (
     parse_token,
 )
 from mnemovault.auth import validate_tenant as _validate_tenant
-from mnemovault.errors import Forbidden, NotFound, Unauthenticated, ValidationError
+from mnemovault.errors import Conflict, Forbidden, NotFound, Unauthenticated, ValidationError
+from mnemovault.guard import capture as capture_guard
 from mnemovault.pii import service as pii
 from mnemovault.pii.vault import ERASED, PLACEHOLDER_RE, render
 from mnemovault.runtime import Runtime
@@ -47,6 +62,9 @@ from mnemovault.store import tenants as store
 TENANT_WIDE = frozenset({"audit:read", "keys:manage", "admin:export", "admin:delete",
                          "review:approve"})
 """Permissions over the whole tenant, which a scope- or subject-limited key never holds."""
+
+RANK: dict[str, int] = {"owner": 3, "admin": 2, "member": 1, "service": 0}
+"""The key hierarchy: a key manages only keys of a rank at or below its own."""
 
 _UNUSABLE = "\x00erased"  # a limit whose value was shredded: matches nothing (NUL is refused)
 
@@ -78,15 +96,19 @@ def create_key(rt: Runtime, tenant: str, role: Role, *, name: str | None = None,
     """Create an API key. The token is shown once, never stored.
 
     Creates the tenant if needed when called locally (``principal`` None); through the API
-    the caller needs ``keys:manage`` in that tenant, and may not grant a permission it
-    lacks (the new key is at most as broad as the caller's). ``permissions`` narrows the
+    the caller needs ``keys:manage`` in that tenant, may create only a role at or below its
+    own (:data:`RANK`) and may not grant a permission it lacks (the new key is at most as
+    broad as the caller's). ``permissions`` narrows the
     role's; ``scope`` and ``subject`` limit the key (and drop :data:`TENANT_WIDE`). A
     ``KEY_CREATE`` audit row names the key id, role, permissions and whether it is limited.
 
     Raises:
         ValidationError: an unknown role or permission, a permission the role lacks, a
             malformed tenant, name, scope or subject.
-        Forbidden: the caller lacks ``keys:manage`` or a permission it would grant.
+        Refused, Unavailable: the capture guard found a secret in the name, scope or
+            subject (they are stored), or failed closed (:mod:`mnemovault.guard.capture`).
+        Forbidden: the caller lacks ``keys:manage`` or a permission it would grant, or
+            ``role`` is above its own (``details.rule = "key_hierarchy"``).
         NotFound: another tenant than the caller's.
     """
     _validate_tenant(tenant)
@@ -96,6 +118,8 @@ def create_key(rt: Runtime, tenant: str, role: Role, *, name: str | None = None,
     name = checked.optional_name(name, "name")
     scope = checked.optional_name(scope, "scope")
     subject = checked.optional_name(subject, "subject")
+    capture_guard.check_capture(rt, path="key", fields={"name": name, "scope": scope,
+                                                        "subject": subject}, tenant=tenant)
     perms = set(ROLE_PERMISSIONS[role])
     if permissions is not None:
         for n, p in enumerate(permissions):
@@ -114,6 +138,10 @@ def create_key(rt: Runtime, tenant: str, role: Role, *, name: str | None = None,
         principal.require("keys:manage")
         if principal.tenant != tenant:
             raise NotFound("tenant: not found")
+        if RANK[role] > RANK[principal.role]:
+            raise Forbidden(f"role: key hierarchy: a key of role {principal.role!r} creates "
+                            f"keys at or below its own role, not {role!r}", field="role",
+                            rule="key_hierarchy")
         missing = perms - principal.permissions
         if missing:
             principal.require(sorted(missing)[0])
@@ -195,10 +223,11 @@ def list_keys(rt: Runtime, who: Principal, *, limit: int = 50,
 
     Each item is metadata only, never the secret or its hash: ``key_id``, ``role``,
     ``name``, ``permissions`` (effective: the role's, narrowed, less :data:`TENANT_WIDE`
-    for a limited key), ``scope`` and ``subject`` (as the caller writes them; a shredded
-    value shows ``[erased]``), ``created_at``, ``last_used_at`` (to the minute; None if
-    never used) and ``revoked_at`` (None: live). Needs ``keys:manage``, which only
-    unlimited keys hold, so a caller who may create a key of any scope sees them all.
+    for a limited key), ``scope`` and ``subject`` (as the caller writes them with
+    ``pii:reveal``, else as stored, personal values as placeholders; a shredded value
+    shows ``[erased]``), ``created_at``, ``last_used_at`` (to the minute; None if never
+    used) and ``revoked_at`` (None: live). Needs ``keys:manage``, which only unlimited
+    keys hold, so a caller who may create a key of any scope sees them all.
 
     Raises:
         Forbidden: the caller lacks ``keys:manage``.
@@ -212,36 +241,83 @@ def list_keys(rt: Runtime, who: Principal, *, limit: int = 50,
         rows = store.keys_page(conn, who.tenant, after=after, limit=limit + 1)
         if not rows and after is not None and not store.key_exists(conn, who.tenant, after):
             raise ValidationError("cursor: not a key id of this tenant", field="cursor")
-        values = _limit_values(rt, conn, who.tenant, rows)
-    more = len(rows) > limit
-    rows = rows[:limit]
-    items = [{"key_id": str(r["key_id"]), "role": r["role"], "name": r["name"],
-              "permissions": sorted(_effective(r)),
-              "scope": render(r["scope"], values) if r["scope"] is not None else None,
-              "subject": (render(r["subject_id"], values) if r["subject_id"] is not None
-                          else None),
-              "created_at": r["created_at"], "last_used_at": r["last_used_at"],
-              "revoked_at": r["revoked_at"]} for r in rows]
+        more = len(rows) > limit
+        rows = rows[:limit]
+        items = _metadata(rt, conn, who, rows)
     return {"items": items, "next_cursor": items[-1]["key_id"] if more else None}
+
+
+def get_key(rt: Runtime, who: Principal, key_id: uuid.UUID | str) -> dict[str, Any]:
+    """One API key's metadata, as an item of :func:`list_keys` (limits as placeholders
+    without ``pii:reveal``). Needs ``keys:manage``.
+
+    Raises:
+        Forbidden: the caller lacks ``keys:manage``.
+        ValidationError: ``key_id`` is not a UUID.
+        NotFound: the tenant has no such key.
+    """
+    who.require("keys:manage")
+    kid = checked.parse_id(key_id, "key_id")
+    with rt.db.transaction(who.tenant) as conn:
+        row = store.key_metadata(conn, who.tenant, kid)
+        if row is None:
+            raise NotFound("key_id: no API key with this id", field="key_id")
+        return _metadata(rt, conn, who, [row])[0]
+
+
+def _metadata(rt: Runtime, conn: Any, who: Principal,
+              rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Key rows as metadata items for ``who``: limits revealed with ``pii:reveal``, else as
+    stored (placeholders), shredded values ``[erased]`` either way."""
+    if "pii:reveal" in who.permissions:
+        values, erased = _limit_values(rt, conn, who.tenant, rows), set()
+    else:
+        values, erased = {}, rt.pii.erased_placeholders(conn, _limit_placeholders(rows))
+
+    def shown(v: str | None) -> str | None:
+        return render(v, values, erased) if v is not None else None
+
+    return [{"key_id": str(r["key_id"]), "role": r["role"], "name": r["name"],
+             "permissions": sorted(_effective(r)), "scope": shown(r["scope"]),
+             "subject": shown(r["subject_id"]), "created_at": r["created_at"],
+             "last_used_at": r["last_used_at"], "revoked_at": r["revoked_at"]}
+            for r in rows]
 
 
 def revoke_key(rt: Runtime, who: Principal, key_id: uuid.UUID | str, *,
                request_id: str | None = None) -> dict[str, Any]:
     """Revoke an API key of the caller's tenant: from now on it authenticates nowhere.
 
+    The key hierarchy applies (module docstring): a key revokes keys at or below its own
+    role; an owner key only an unlimited owner key or the local operator; any key itself.
+    A key cannot revoke the tenant's last owner key (its last unlimited one, if the key is
+    unlimited); the local operator can, and ``last_owner`` says it did (make a new one
+    with ``mnemovault keys create --role owner``).
+
     Idempotent: revoking a revoked key changes nothing, writes no audit row and answers
     ``already_revoked: True`` with the original ``revoked_at``. The revocation appends a
-    ``KEY_REVOKE`` audit row naming the key id and role (never the token). A key may
-    revoke itself. Returns ``{"key_id", "revoked_at", "already_revoked"}``.
+    ``KEY_REVOKE`` audit row naming the key id and role (never the token). Returns
+    ``{"key_id", "revoked_at", "already_revoked", "last_owner"}``.
 
     Raises:
-        Forbidden: the caller lacks ``keys:manage``.
+        Forbidden: the caller lacks ``keys:manage``, or the key is above it in the
+            hierarchy (``details.rule = "key_hierarchy"``).
+        Conflict: a key tried to revoke the tenant's last owner key (``details.rule =
+            "last_owner"``); nothing changed.
         ValidationError: ``key_id`` is not a UUID.
         NotFound: the tenant has no such key (another tenant's key is not told apart).
     """
     who.require("keys:manage")
     kid = checked.parse_id(key_id, "key_id")
+    last_owner = False
     with rt.db.transaction(who.tenant) as conn:
+        target = store.key(conn, who.tenant, kid)
+        if target is None:
+            raise NotFound("key_id: no API key with this id", field="key_id")
+        if who.key_id != str(kid):
+            _check_rank(who, target)
+        if target["role"] == "owner" and target["revoked_at"] is None:
+            last_owner = _last_owner(conn, who, kid, target)
         row = store.revoke_key(conn, who.tenant, kid)
         if row is None:
             raise NotFound("key_id: no API key with this id", field="key_id")
@@ -249,9 +325,56 @@ def revoke_key(rt: Runtime, who: Principal, key_id: uuid.UUID | str, *,
             audit.append(conn, tenant=who.tenant, operation="KEY_REVOKE", actor=who.actor,
                          agent=who.agent, request_id=request_id,
                          details={"key_id": str(kid), "role": row["role"],
-                                  "self": who.key_id == str(kid)})
+                                  "self": who.key_id == str(kid),
+                                  **({"last_owner": True} if last_owner else {})})
     return {"key_id": str(kid), "revoked_at": row["revoked_at"],
-            "already_revoked": row["already_revoked"]}
+            "already_revoked": row["already_revoked"],
+            "last_owner": last_owner and not row["already_revoked"]}
+
+
+def _unlimited(who: Principal) -> bool:
+    """Whether ``who`` holds every permission of its role and no scope or subject limit."""
+    return who.permissions == ROLE_PERMISSIONS[who.role] and not who.limited
+
+
+def _check_rank(who: Principal, target: dict[str, Any]) -> None:
+    """The key hierarchy for revoking ``target`` (a stored key row) by ``who``, another key
+    or the local operator.
+
+    Raises:
+        Forbidden: ``details.rule = "key_hierarchy"``.
+    """
+    role = target["role"]
+    if RANK[role] > RANK[who.role]:
+        raise Forbidden(f"key_id: key hierarchy: a key of role {who.role!r} revokes keys at "
+                        f"or below its own role, not an {role!r} key", field="key_id",
+                        rule="key_hierarchy")
+    if role == "owner" and not _unlimited(who):
+        raise Forbidden("key_id: key hierarchy: only an unlimited owner key (or the local "
+                        "operator) revokes an owner key; a narrowed owner key counts as "
+                        "below it", field="key_id", rule="key_hierarchy")
+
+
+def _last_owner(conn: Any, who: Principal, kid: uuid.UUID, target: dict[str, Any]) -> bool:
+    """Whether revoking owner key ``kid`` leaves the tenant without an owner key (without
+    an unlimited one, if ``kid`` is unlimited). The tenant's owner keys are locked first,
+    so concurrent revocations see each other.
+
+    Raises:
+        Conflict: it would, and ``who`` is a key (``details.rule = "last_owner"``).
+    """
+    others = [o for o in store.live_owner_keys(conn, who.tenant) if o["key_id"] != kid]
+    full = ROLE_PERMISSIONS["owner"]
+    if _effective(target) == full:
+        others = [o for o in others if _effective(o) == full]
+    if others:
+        return False
+    if who.key_id is not None:
+        raise Conflict("key_id: the tenant's last owner key cannot be revoked by a key "
+                       "(last_owner): create another unlimited owner key first; the local "
+                       "operator (mnemovault keys revoke) may revoke it", field="key_id",
+                       rule="last_owner")
+    return True
 
 
 def _effective(row: dict[str, Any]) -> frozenset[str]:
@@ -265,12 +388,17 @@ def _effective(row: dict[str, Any]) -> frozenset[str]:
     return perms
 
 
+def _limit_placeholders(rows: Sequence[dict[str, Any]]) -> set[str]:
+    """The placeholders in the stored scope and subject of ``rows``."""
+    return {m.group(0) for r in rows for v in (r["scope"], r["subject_id"]) if v
+            for m in PLACEHOLDER_RE.finditer(v)}
+
+
 def _limit_values(rt: Runtime, conn: Any, tenant: str,
                   rows: Sequence[dict[str, Any]]) -> dict[str, str]:
     """The vault values of the placeholders in the stored scope and subject of ``rows``
     (``[erased]`` for a shredded one)."""
-    found = {m.group(0) for r in rows for v in (r["scope"], r["subject_id"]) if v
-             for m in PLACEHOLDER_RE.finditer(v)}
+    found = _limit_placeholders(rows)
     return rt.pii.reveal_values(conn, tenant, found) if found else {}
 
 

@@ -15,10 +15,11 @@ run_retention(_all)         :mod:`~mnemovault.governance.retention`)
 chat, chat_stream           :mod:`mnemovault.chat.service` (commands in
                             :mod:`mnemovault.governance.commands`)
 redact, placeholder_outputs,:mod:`mnemovault.pii.service`
-vault_*, shred, rotate_kek
+vault_*, shred
+rotate_kek                  :mod:`mnemovault.pii.rotation`
 ensure_tenant, create_key,  :mod:`mnemovault.keys`
 authenticate, list_keys,
-revoke_key
+get_key, revoke_key
 audit                       :mod:`mnemovault.audit.service`
 procedures (section)        :mod:`mnemovault.facade.procedures` -> :mod:`mnemovault.procedures`
 review (section)            :mod:`mnemovault.facade.review` -> :mod:`mnemovault.governance.review`
@@ -68,6 +69,7 @@ from mnemovault.models import (
     TimelinePage,
     WakeState,
 )
+from mnemovault.pii import rotation
 from mnemovault.pii import service as pii
 from mnemovault.pii.crypto import KeyRing
 from mnemovault.pii.detect import Detector
@@ -131,7 +133,10 @@ class MemoryVault:
     def open(cls, settings: Settings | None = None, *, data_dir: str | Path | None = None,
              database_url: str | None = None, embedder: Embedder | None = None,
              migrate: bool = True) -> MemoryVault:
-        """Connect (starting the embedded server if needed), migrate, check the embedder.
+        """Connect (starting the embedded server if needed), migrate, check the embedder,
+        and compare the erasure ledger with the database: what a database restored from a
+        backup lacks is erased again before this returns
+        (:func:`mnemovault.subjects.ledger.check_on_start`).
 
         Raises:
             ConfigError: the database was built with a different embedder.
@@ -146,7 +151,9 @@ class MemoryVault:
         if updates:
             settings = settings.model_copy(update=updates)
         rt = Runtime.open(settings, embedder=embedder, migrate=migrate)
-        return cls(rt.db, rt.embedder, rt.settings, rt.keyring)
+        mv = cls(rt.db, rt.embedder, rt.settings, rt.keyring)
+        SubjectsSection.on_start(mv.rt)  # a database behind its erasure ledger: re-erased
+        return mv
 
     def close(self) -> None:
         self.rt.db.close()
@@ -190,6 +197,11 @@ class MemoryVault:
         who = self._who(principal)
         page = keys.list_keys(self.rt, who, limit=limit, cursor=cursor)
         return {**page, "items": agents.origins(self.rt, who.tenant, page["items"])}
+
+    def get_key(self, key_id: uuid.UUID | str, *,
+                principal: Principal | None = None) -> dict[str, Any]:
+        """One API key's metadata; see :func:`mnemovault.keys.get_key`."""
+        return keys.get_key(self.rt, self._who(principal), key_id)
 
     def revoke_key(self, key_id: uuid.UUID | str, *, principal: Principal | None = None,
                    request_id: str | None = None) -> dict[str, Any]:
@@ -385,8 +397,9 @@ class MemoryVault:
 
     def rotate_kek(self, *, retire: bool = False) -> dict[str, Any]:
         """Operator path: a new KEK version, every DEK rewrapped; ``retire`` destroys the
-        old versions. See :func:`mnemovault.pii.service.rotate_kek`."""
-        return pii.rotate_kek(self.rt, retire=retire)
+        old versions; safe while other processes serve. See
+        :func:`mnemovault.pii.rotation.rotate_kek`."""
+        return rotation.rotate_kek(self.rt, retire=retire)
 
     # -- sections (mnemovault.facade): mv.procedures.capture(...), mv.subjects.erase(...) --
     procedures = section(ProceduresSection)

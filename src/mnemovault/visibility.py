@@ -24,6 +24,12 @@ purpose       active  superseded  archived     pending_review  used by
                                                                export and erase
 ============  ======  ==========  ===========  ==============  ===================
 
+The ``recall`` row is also written into the recall SQL itself (``status = 'active'`` in
+:func:`mnemovault.store.search.filter_sql` and the wake/timeline queries of
+:mod:`mnemovault.store.memories`), because the BM25 postings hold only active rows and the
+planner needs the literal to use its indexes; ``tests/test_visibility_matrix.py`` checks
+those paths against this table like every other.
+
 A *reviewer* holds ``review:approve`` (an unlimited admin or owner key, or the local
 operator: limited keys never hold it). The ``subject`` purpose sees every status because a
 data subject's access and erasure reach everything held about them, pending included.
@@ -42,6 +48,12 @@ An erased record no longer exists: every path finds nothing.
   confirm the value exists.
 
 Shredded values show ``[erased]`` to every caller (SPEC section 3).
+
+**Vault entries.** A vault entry (its placeholder, kind and dates) is shown to a limited key
+only when that key could reveal it (:meth:`View.entries_shown`: a record it may see carries
+the value), with or without ``pii:reveal``; an entry that records within its limits only
+quote is "not found", exactly like a placeholder no value has, so quoting a placeholder
+never confirms that its value exists (the vault listing, one entry, the subject export).
 
 **Act.** Changing a record (forget, pin, rectify, review decisions, erase) needs the
 operation's permission and a record within the limits. Forget and pin act on any status
@@ -158,14 +170,44 @@ class View:
         none without ``pii:reveal``; all for an unlimited key; for a limited key those a
         record it may see carries (a record the ``read`` view sees; in a ``subject`` view,
         any record of the subject within the limits)."""
-        wanted = sorted(set(placeholders))
-        if "pii:reveal" not in self.who.permissions or not wanted:
+        if "pii:reveal" not in self.who.permissions:
             return set()
-        if not self.who.limited:
+        return self.entries_shown(placeholders)
+
+    def entries_shown(self, placeholders: Iterable[str]) -> set[str]:
+        """Those of ``placeholders`` whose vault entry this view shows (module docstring,
+        "vault entries"): all for an unlimited key; for a limited key those a record it
+        may see carries (:meth:`revealable`'s rule, without ``pii:reveal``)."""
+        wanted = sorted(set(placeholders))
+        if not self.who.limited or not wanted:
             return set(wanted)
-        statuses = None if self.purpose == "subject" else _statuses("read", self.reviewer)
         return store.carried(self.conn, self.who.tenant, wanted, scope=self.scope,
-                             subject=self.subject, statuses=statuses)
+                             subject=self.subject, statuses=self._carriers)
+
+    def entry_page(self, *, after: str, limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` vault entries this view shows (:meth:`entries_shown`), by
+        placeholder after ``after``: metadata only (:meth:`entry_rows`)."""
+        return self.entry_rows(store.entries(
+            self.conn, self.who.tenant, after=after, limit=limit, limited=self.who.limited,
+            scope=self.scope, subject=self.subject, statuses=self._carriers))
+
+    def entry_rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Vault entry metadata as this view shows it: for a limited key, ``created_at`` is
+        when a record it may see first carried the value (the entry's own date would tell
+        that the value was known elsewhere before)."""
+        if not self.who.limited or not rows:
+            return rows
+        first = store.first_carried(self.conn, self.who.tenant,
+                                    [r["placeholder"] for r in rows], scope=self.scope,
+                                    subject=self.subject, statuses=self._carriers)
+        return [{**r, "created_at": first.get(r["placeholder"], r["created_at"])}
+                for r in rows]
+
+    @property
+    def _carriers(self) -> tuple[str, ...] | None:
+        """The statuses of the records whose carried values a limited key may reveal: those
+        the ``read`` view sees (a ``subject`` view: every status)."""
+        return None if self.purpose == "subject" else _statuses("read", self.reviewer)
 
     def outputs(self, placeholders: Iterable[str], *, reveal: bool,
                 request_id: str | None = None, trigger: str | None = None,

@@ -321,6 +321,8 @@ def create_app(vault: MemoryVault) -> FastAPI:
     they name an exporter."""
     telemetry.configure()
     telemetry.instrument()
+    if vault is not None:  # (None: the OpenAPI document only)
+        vault.subjects.ensure_checked()  # a database behind its erasure ledger: re-erased
     app = FastAPI(title="mnemovault", version=__version__,
                   description="Governed long-term memory for AI agents.",
                   dependencies=[Depends(reject_unknown_query)], responses=ERROR_RESPONSES,

@@ -1,9 +1,11 @@
 """The review queue over HTTP (permission ``review:approve``; SPEC section 8): ``GET
 /v1/review`` lists the memories and procedures held by the review gate
 (``REQUIRE_REVIEW=true``), oldest first, keyset paged; ``POST /v1/review/{id}/approve``
-makes one active, ``POST /v1/review/{id}/reject`` deletes it (or keeps a rejected version
-as history). Each decision is audited with the reviewer's key id and the optional comment;
-an item that is not pending answers 409."""
+makes one active (and supersedes the version it replaces), ``POST
+/v1/review/{id}/reject`` deletes it (or keeps a rejected version as history). Each decision
+is audited with the reviewer's key id and the optional comment; an item that is not
+pending answers 409; approving an item the same key captured answers 403 (``details.rule
+= "separation_of_duties"``) unless ``REVIEW_SELF_APPROVAL=true``."""
 
 import uuid
 from collections.abc import Callable
@@ -44,7 +46,8 @@ def review_router(vault: MemoryVault, principal: Callable[..., Principal]) -> AP
     @router.post("/{memory_id}/approve", response_model=ReviewDecision)
     def review_approve(memory_id: uuid.UUID, who: Auth, request: Request,
                        body: Note = None) -> ReviewDecision:
-        """Approve a pending item: it is recalled from now on."""
+        """Approve a pending item: it is recalled from now on, in place of the version it
+        replaces. Another key than the one that captured it (403 otherwise)."""
         return vault.review.approve(memory_id, comment=body.comment if body else None,
                                     principal=who, request_id=str(request.state.request_id))
 
@@ -52,7 +55,7 @@ def review_router(vault: MemoryVault, principal: Callable[..., Principal]) -> AP
     def review_reject(memory_id: uuid.UUID, who: Auth, request: Request,
                       body: Note = None) -> ReviewDecision:
         """Reject a pending item: deleted through the forget path (a rejected version is
-        kept as superseded history and its parent is live again)."""
+        kept as superseded history; the approved version stays current)."""
         return vault.review.reject(memory_id, comment=body.comment if body else None,
                                    principal=who, request_id=str(request.state.request_id))
 

@@ -94,6 +94,10 @@ class Table(Generic[R]):
         render: a row's line, newline included.
         key: a parsed line's ``(seq, ident)``; raises ``KeyError``/``TypeError``/
             ``ValueError`` for a line that is not one of this file's.
+        link: for a chained file (the erasure ledger's), a row's line given the line it
+            follows in the file (without its newline; None for the first line): used
+            instead of ``render`` by every writer, which hands each line it writes to the
+            next (None: lines are independent, ``render``).
     """
 
     fetch: Callable[[int, int], Sequence[R]]
@@ -101,6 +105,19 @@ class Table(Generic[R]):
     ident: Callable[[R], str]
     render: Callable[[R], bytes]
     key: Callable[[dict[str, Any]], tuple[int, str]]
+    link: Callable[[R, bytes | None], bytes] | None = None
+
+    def lines(self, rows: Iterable[R], prev: bytes | None) -> tuple[bytes, bytes | None]:
+        """``rows`` rendered after the line ``prev``: (their bytes, the last line written
+        without its newline, or ``prev`` when there are none; unlinked: always ``prev``)."""
+        if self.link is None:
+            return b"".join(self.render(r) for r in rows), prev
+        out = []
+        for r in rows:
+            line = self.link(r, prev)
+            out.append(line)
+            prev = line.rstrip(b"\n")
+        return b"".join(out), prev
 
 
 @dataclass
@@ -155,12 +172,14 @@ class TenantFiles:
             done = Synced(torn=_cut_torn_tail(path, self.fsync))
             after, first, known = self._resume(path, table, ahead, done)
             seen: set[str] = set()
+            prev = last_line(path) if table.link is not None else None
             with open(path, "ab") as out:
                 for rows in _batches(table, self.batch, after=after, first=first):
                     if known is not None:
                         seen.update(table.ident(r) for r in rows)
                     fresh = [r for r in rows if known is None or table.ident(r) not in known]
-                    out.write(b"".join(table.render(r) for r in fresh))
+                    chunk, prev = table.lines(fresh, prev)
+                    out.write(chunk)
                     done.written += len(fresh)
                 if done.written:
                     self._sync_out(out)
@@ -256,9 +275,11 @@ def dump(path: Path, table: Table[R], *, batch: int = BATCH, fsync: bool = True)
 
     def chunks() -> Iterator[bytes]:
         nonlocal n
+        prev: bytes | None = None
         for rows in _batches(table, batch):
             n += len(rows)
-            yield b"".join(table.render(r) for r in rows)
+            chunk, prev = table.lines(rows, prev)
+            yield chunk
 
     write_atomic(path, chunks(), fsync=fsync)
     return n

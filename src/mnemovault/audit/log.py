@@ -5,6 +5,12 @@ same transaction as the change it records, so concurrent writers serialise and t
 never forks. The row is canonicalised once (:func:`mnemovault.audit.chain.build_row`) and
 ``row_hash = SHA-256(prev_hash || row_bytes)`` is computed over the stored bytes.
 
+What the lock costs (issue 29): every governed operation appends its row as its last
+statements, so the head is held from the lock to the commit only; inside, one round trip
+reads the head under the lock and one more sends the row, its Merkle nodes, a due
+checkpoint and the new head together (pipeline mode). Every statement still names its
+tenant and locks one row of it (on Citus: one shard, no multi-shard row lock).
+
 The head row also keeps the RFC 9162 compact range of the tenant's Merkle tree; each
 append stores the perfect nodes it completes (so proofs read O(log n) rows) and, every
 ``checkpoint_rows`` rows or ``checkpoint_seconds`` seconds, a signed checkpoint (C2SP
@@ -109,29 +115,45 @@ def append(
     Raises:
         CanonicalFormError: a value cannot be canonicalised (e.g. an integer beyond ±2^53).
     """
-    head = _head(conn, tenant)
+    head = _head(conn, tenant)  # the lock: held from here until the caller's commit
     seq = int(head["seq"]) + 1
     now = datetime.now(UTC)
+    prev_hash = bytes(head["head_hash"])
     row_bytes, row_hash = build_row(
-        prev_hash=bytes(head["head_hash"]), seq=seq, tenant_id=tenant, ts=now,
-        operation=operation, actor=actor, agent=agent, memory_ids=memory_ids or [],
-        trigger=trigger, provenance=provenance or {}, request_id=request_id,
-        details=details or {})
-    store.insert_row(conn, tenant, seq=seq, ts=now, operation=operation, row_bytes=row_bytes,
-                     prev_hash=bytes(head["head_hash"]), row_hash=row_hash)
+        prev_hash=prev_hash, seq=seq, tenant_id=tenant, ts=now, operation=operation,
+        actor=actor, agent=agent, memory_ids=memory_ids or [], trigger=trigger,
+        provenance=provenance or {}, request_id=request_id, details=details or {})
     cr = CompactRange(seq - 1, _peaks(bytes(head["peaks"])))
     nodes = cr.append(leaf_hash(row_bytes))
-    store.insert_nodes(conn, tenant, nodes)
     cp_size, cp_at = int(head["checkpoint_size"]), head["checkpoint_at"]
     due = (seq - cp_size >= config.checkpoint_rows
            or (cp_at is not None and (now - cp_at).total_seconds() >= config.checkpoint_seconds)
            or cp_size == 0)
-    if due and _write_checkpoint(conn, tenant, seq, cr.root(), now):
+    note = _checkpoint_note(tenant, seq, cr.root()) if due else None
+    if note is not None:
         cp_size, cp_at = seq, now
-    store.update_head(conn, tenant, seq=seq, head_hash=row_hash, peaks=b"".join(cr.peaks),
-                      checkpoint_size=cp_size, checkpoint_at=cp_at)
+    # Every write under the lock in one round trip (psycopg's pipeline mode: the statements
+    # are sent together and their errors raised at the end of the block), so the head stays
+    # locked for two round trips and the commit, not one per statement.
+    with conn.pipeline():
+        store.insert_row(conn, tenant, seq=seq, ts=now, operation=operation,
+                         row_bytes=row_bytes, prev_hash=prev_hash, row_hash=row_hash)
+        store.insert_nodes(conn, tenant, nodes)
+        if note is not None:
+            store.insert_checkpoint(conn, tenant, size=seq, root=cr.root(), note=note,
+                                    created_at=now)
+        store.update_head(conn, tenant, seq=seq, head_hash=row_hash,
+                          peaks=b"".join(cr.peaks), checkpoint_size=cp_size,
+                          checkpoint_at=cp_at)
     note_audit_append(tenant)
     return seq
+
+
+def _checkpoint_note(tenant: str, size: int, root: bytes) -> str | None:
+    """The signed checkpoint note of ``tenant``'s tree at ``size`` with ``root``, or None
+    without a signing key."""
+    key = config.signing_key()
+    return None if key is None else sign_checkpoint(config.origin_for(tenant), size, root, key)
 
 
 def _write_checkpoint(conn: psycopg.Connection[Any], tenant: str, size: int, root: bytes,

@@ -69,7 +69,8 @@ def open_stream(rt: Runtime, req: ChatRequest, who: Principal,
             ``memory:write`` (when the exchange is to be stored) or ``memory:forget`` (for
             forget and pin commands); a scope the key is not limited to.
         ValidationError: names the field.
-        Refused, Unavailable: the capture guard refused the message to be stored, or
+        Refused, Unavailable: the capture guard refused the message to be stored or a
+            turn of the history (sent to the model whether or not anything is stored), or
             failed (:mod:`mnemovault.guard.capture`).
     """
     who.require("memory:read")
@@ -102,6 +103,10 @@ def open_stream(rt: Runtime, req: ChatRequest, who: Principal,
         # the answer, in the write path): a refused message gets no reply
         capture.check_capture(rt, path="chat", fields={"content": text}, tenant=who.tenant,
                               request_id=request_id)
+    # the history reaches the model (stored or not): no secret leaves through it
+    capture.check_capture(rt, path="chat", fields={
+        f"history.{i}.content": t.content for i, t in enumerate(req.history)},
+        tenant=who.tenant, request_id=request_id)
     if not text or not text.strip():
         reply = "There is nothing to answer after DO_NOT_STORE:."
 

@@ -186,24 +186,52 @@ def _print_hits(hits: list[Any]) -> None:
 
 
 def _import(vault: Any, path: Path, *, scope: str, fmt: str, batch_size: int,
-            quiet: bool) -> dict[str, Any]:
-    """Import a conversation file in batches, with a progress bar (``import`` and ``demo``)."""
+            quiet: bool, skip: int = 0) -> dict[str, Any]:
+    """Import a conversation file in batches, with a progress bar (``import`` and ``demo``),
+    after its first ``skip`` records.
+
+    Each batch is one transaction. Raises the error of the first batch that fails; when
+    earlier batches were committed, the error (same kind) says how many records were and
+    how to import the rest (``--skip``), and ``details`` carry ``committed`` and
+    ``failed_at`` (1-based record numbers of the file)."""
     from mnemovault.importers import read_file
 
     plan = read_file(path, default_scope=scope, fmt=fmt)
-    items = plan.items
+    items = plan.items[skip:]
     started = time.perf_counter()
     scopes: set[str] = set()
+    committed = 0
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                   MofNCompleteColumn(), TimeRemainingColumn(), console=err,
                   disable=quiet) as progress:
         task = progress.add_task(f"importing {path.name}", total=len(items))
         for i in range(0, len(items), batch_size):
             batch = items[i : i + batch_size]
-            vault.remember_many(batch, trigger="import")
+            try:
+                vault.remember_many(batch, trigger="import")
+            except MnemoError as exc:
+                if not committed:
+                    raise
+                raise _stopped(exc, committed=committed, skip=skip, first=skip + i + 1,
+                               last=skip + i + len(batch), total=len(plan.items)) from exc
+            committed += len(batch)
             scopes.update(b.scope for b in batch)
             progress.advance(task, len(batch))
     elapsed = time.perf_counter() - started
     return {"file": str(path), "format": plan.format, "imported": len(items),
-            "scopes": len(scopes), "seconds": round(elapsed, 2),
+            "skipped": skip, "scopes": len(scopes), "seconds": round(elapsed, 2),
             "per_second": round(len(items) / elapsed, 1) if elapsed else None}
+
+
+def _stopped(exc: MnemoError, *, committed: int, skip: int, first: int, last: int,
+             total: int) -> MnemoError:
+    """The error of a failed import batch after ``committed`` records were committed: the
+    same kind, saying what stays and how to go on (issue 29 item 8: the batch's own message
+    says "nothing was changed", which is true of that batch only)."""
+    message = (f"import stopped at records {first}-{last} of {total}: {committed} records "
+               f"before them were committed and stay (one transaction per batch); that batch "
+               f"was not stored ({exc.message}). To import the rest, fix the record and run "
+               f"the import again with --skip {skip + committed}")
+    out = type(exc)(message, field=exc.field, **exc.details)
+    out.details.update(committed=committed, failed_at=first)
+    return out

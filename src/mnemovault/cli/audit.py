@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
 
 import typer
 from rich.text import Text
 
 from mnemovault.cli._common import _emit_json, _fail, _state, _vault, err, out
 from mnemovault.errors import MnemoError, ValidationError
+
+if TYPE_CHECKING:
+    from mnemovault.auth import Principal
 
 audit_app = typer.Typer(help="The tamper-evident audit log.", no_args_is_help=True)
 
@@ -87,7 +90,7 @@ def audit_verify(
                           soft_wrap=True)
                 raise typer.Exit(3)
             with _vault(ctx, create=False) as vault:
-                who = vault.principal()
+                who = _chain_reader(vault)
                 where = f"tenant {who.tenant!r} in the database"
                 result = vault.audit.verify(who, checkpoint=cp_text, public_key=pk,
                                             allow_unsigned=allow_unsigned, strict=strict)
@@ -115,6 +118,20 @@ def audit_verify(
     raise typer.Exit(exit_status(result))
 
 
+def _chain_reader(vault: Any) -> Principal:
+    """The local principal that reads ``--tenant``'s chain: also the reserved system
+    tenant ``_system`` (the chain of tenant purges), which is no tenant name a caller may
+    use anywhere else (:func:`mnemovault.auth.validate_tenant` refuses it)."""
+    from mnemovault.auth import Principal
+    from mnemovault.store.tenants import SYSTEM_TENANT
+
+    tenant = vault.rt.settings.tenant
+    if tenant == SYSTEM_TENANT:
+        return Principal(tenant=SYSTEM_TENANT, role="owner",
+                         permissions=frozenset({"audit:read"}))
+    return cast(Principal, vault.principal())
+
+
 def _bad_input(message: str) -> NoReturn:
     err.print(Text.assemble(("error", "bold red"), f": {message}"), soft_wrap=True)
     raise typer.Exit(2)
@@ -129,7 +146,7 @@ def audit_export(
     """Write the tenant's chain as JSON Lines to stdout."""
     try:
         with _vault(ctx, create=False) as vault:
-            for chunk in vault.audit.export(vault.principal(), start, end):
+            for chunk in vault.audit.export(_chain_reader(vault), start, end):
                 sys.stdout.buffer.write(chunk)
     except MnemoError as exc:
         _fail(exc)

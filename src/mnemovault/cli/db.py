@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from mnemovault.cli._common import _emit_json, _fail, _require_database, _state, out
+from mnemovault.cli._common import _emit_json, _fail, _require_database, _state, _vault, out
 from mnemovault.errors import MnemoError
 
 db_app = typer.Typer(help="Database administration.", no_args_is_help=True)
@@ -38,17 +38,20 @@ def db_upgrade(ctx: typer.Context,
 @db_app.command("info")
 def db_info(ctx: typer.Context,
             as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Show the schema revision and the topology: plain PostgreSQL, or the Citus nodes, the
-    distributed tables (shard count, co-location) and the reference tables."""
+    """Show the schema revision, the erasure ledger (where it is; what this start found and
+    re-erased, and the latest re-erase per tenant) and the topology: plain PostgreSQL, or
+    the Citus nodes, the distributed tables (shard count, co-location) and the reference
+    tables."""
     from mnemovault.store import citus
-    from mnemovault.store.db import Database
 
     settings = _state(ctx).settings
     try:
         _require_database(settings)
-        db = Database.from_settings(settings)
-        revision = db.current_revision()
-        info = {"revision": revision, **citus.topology(db.url)}
+        with _vault(ctx, create=False) as vault:  # opening compares the erasure ledger
+            db = vault.db
+            revision = db.current_revision()
+            info = {"revision": revision, **citus.topology(db.url),
+                    "ledger": vault.subjects.ledger_status()}
     except MnemoError as exc:
         _fail(exc)
         return
@@ -57,6 +60,7 @@ def db_info(ctx: typer.Context,
         return
     out.print(f"schema at revision [bold]{revision or 'empty'}[/], PostgreSQL "
               f"{info['server_version']}")
+    _print_ledger(info["ledger"])
     if not info["citus"]:
         out.print("plain PostgreSQL (no Citus): one server holds every tenant")
         return
@@ -80,6 +84,37 @@ def db_info(ctx: typer.Context,
     for t in info["local"]:
         tables.add_row(t, "local (coordinator)", "", "")
     out.print(tables)
+
+
+def _print_ledger(led: dict[str, Any]) -> None:
+    if not led.get("enabled"):
+        out.print("erasure ledger file: off (MNEMOVAULT_LEDGER_FILE=false)")
+        return
+    out.print(f"erasure ledger: {led['dir']}", highlight=False, soft_wrap=True)
+    if led.get("inside_data_dir"):
+        out.print("  WARNING: inside the data directory (a copy of it rolls the ledger back)")
+    if led.get("legacy_dir"):
+        out.print(f"  an earlier version's ledger is still in {led['legacy_dir']}",
+                  highlight=False, soft_wrap=True)
+    start = led.get("start") or {}
+    behind = [t for t in start.get("tenants", []) if t["state"] == "behind"]
+    out.print(f"  this start: {start.get('checked', 0)} tenant files compared in "
+              f"{start.get('ms', 0)} ms; " + (f"{len(behind)} behind the ledger, re-erased"
+                                              if behind else "the database is level"))
+    for t in start.get("tenants", []):
+        r = t.get("reapplied") or {}
+        out.print(f"  tenant {t['tenant']}: {t['state']}; {t['lost']} entries the database "
+                  f"lacked, {t['unverified']} unverified; removed "
+                  f"{len(r.get('removed', []))} memories, {len(r.get('runs_removed', []))} "
+                  f"runs, shredded {len(r.get('shredded', []))} values (REAPPLY seq "
+                  f"{r.get('audit_seq')})", highlight=False)
+        for p in t.get("problems", []):
+            out.print(f"    {p}", highlight=False)
+    for r in led.get("last_reapply", []):
+        out.print(f"  tenant {r['tenant']}: last re-erase {r['at']} (audit seq "
+                  f"{r['audit_seq']}, {'at a start' if r['restore'] else 'reapply-erasures'}"
+                  f"): {r['memories']} memories, {r['procedure_runs']} runs, "
+                  f"{r['placeholders']} values", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -3,7 +3,8 @@
 
 The ``keys`` commands act as the local operator (owner) of ``--tenant``, which defaults to
 the global ``--tenant`` option (``mnemovault --tenant acme keys list``), itself defaulting
-to ``MNEMOVAULT_TENANT`` or ``default``."""
+to ``MNEMOVAULT_TENANT`` or ``default``. As the operator they see key limits in clear and
+may create and revoke any key, the tenant's last owner key too (:mod:`mnemovault.keys`)."""
 
 from __future__ import annotations
 
@@ -111,7 +112,8 @@ def keys_revoke(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Revoke an API key: every later request with it is refused (401). Revoking a
-    revoked key changes nothing. Exit 3 if the tenant has no such key."""
+    revoked key changes nothing. Exit 3 if the tenant has no such key. As the local
+    operator this may revoke the tenant's last owner key (a key cannot): a note says so."""
     try:
         with _vault(ctx, create=False) as vault:
             res = vault.revoke_key(key_id, principal=vault.principal(_tenant(ctx, tenant)))
@@ -125,6 +127,9 @@ def keys_revoke(
                   highlight=False)
     else:
         out.print(f"key {res['key_id']} revoked at {res['revoked_at']}", highlight=False)
+    if res["last_owner"] and not as_json:
+        err.print("[dim]the tenant has no unlimited owner key left; `mnemovault keys create "
+                  "--role owner` makes one[/]")
 
 
 @kek_app.command("rotate")

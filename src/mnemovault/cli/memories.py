@@ -158,17 +158,24 @@ def import_cmd(
         = "default",
     format: Annotated[str, typer.Option(help="auto, jsonl, json or locomo.")] = "auto",
     batch_size: Annotated[int, typer.Option(help="Memories per transaction.")] = 128,
+    skip: Annotated[int, typer.Option(
+        help="Records at the start of the file to leave out (those a stopped import "
+             "committed: its error says how many).")] = 0,
     as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
 ) -> None:
     """Import a conversation file: every record (or LoCoMo turn) becomes an episode.
 
-    A record is {"text", "subject"?, "scope"?, "timestamp"? (ISO 8601), "source_id"?}."""
+    A record is {"text", "subject"?, "scope"?, "timestamp"? (ISO 8601), "source_id"?}.
+    Each batch is one transaction: when a batch fails, the batches before it stay
+    committed and the error says how many records they hold (run again with --skip)."""
     if not 1 <= batch_size <= 1000:
         _fail(ValidationError("batch-size: must be in 1..1000", field="batch_size"))
+    if skip < 0:
+        _fail(ValidationError("skip: must be 0 or more", field="skip"))
     try:
         with _vault(ctx) as vault:
             summary = _import(vault, path, scope=scope, fmt=format, batch_size=batch_size,
-                              quiet=as_json)
+                              quiet=as_json, skip=skip)
     except MnemoError as exc:
         _fail(exc)
         return

@@ -6,8 +6,10 @@
 
 With ``REQUIRE_REVIEW=true`` new memories, procedures and versions wait here, not recalled,
 until approved. The commands act as the local operator (owner of ``--tenant``); each
-decision is audited (reviewer ``local`` from the CLI) with the comment. An id that is not
-in the tenant exits 3; one that is not pending (decided already) exits 5. None of these
+decision is audited (reviewer ``local`` from the CLI) with the comment. The local operator
+is one actor: it approves what keys captured, but its own captures (library, CLI) only
+with ``REVIEW_SELF_APPROVAL=true`` (separation of duties; refused: exit 4). An id that is
+not in the tenant exits 3; one that is not pending (decided already) exits 5. None of these
 commands creates a database (exit 7 when the data dir has none).
 """
 

@@ -6,6 +6,7 @@
     mnemovault rectify 0190… "Ada prefers green tea"
     mnemovault receipt verify r.json [--public-key audit_signing.key.pub]
     mnemovault ledger export ledger.jsonl
+    mnemovault ledger verify [ledger.jsonl]               # signatures and chain
     mnemovault reapply-erasures [--ledger ledger.jsonl]   # after a backup restore
 
 Every command acts as the local operator (owner of ``--tenant``) and has ``--json``. Erase
@@ -197,15 +198,47 @@ def ledger_export(
         out.print(f"{n} ledger entries written to {file}", highlight=False, soft_wrap=True)
 
 
+@ledger_app.command("verify")
+def ledger_verify(
+    ctx: typer.Context,
+    file: Annotated[Path | None, typer.Argument(
+        help="A ledger file (default: every tenant's file of the ledger directory).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Check ledger files line by line: each line's signature (this deployment's audit key)
+    and its link to the line before (exit 2 when any problem is found)."""
+    try:
+        with _vault(ctx, create=False) as vault:
+            report = vault.subjects.verify_ledger(file)
+    except MnemoError as exc:
+        _fail(exc)
+        return
+    bad = any(r["problems"] for r in report.values())
+    if as_json:
+        _emit_json({"valid": not bad, "files": report})
+    else:
+        for path, r in report.items():
+            out.print(f"{'FAIL' if r['problems'] else 'OK'} {path}: {r['lines']} lines",
+                      highlight=False, soft_wrap=True)
+            for p in r["problems"]:
+                out.print(f"  {p}", highlight=False)
+        if not report:
+            out.print("no ledger files", highlight=False)
+    if bad:
+        raise typer.Exit(2)
+
+
 def reapply_erasures(
     ctx: typer.Context,
     ledger: Annotated[Path | None, typer.Option(
         help="A ledger file (default: every file of the ledger directory).")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """After a backup restore: remove again whatever the ledger says was erased and exists
-    again (through the forget path, audited as REAPPLY), and name the purged tenants the
-    restore brought back (`mnemovault tenant purge` purges them again). Safe to repeat."""
+    """Remove again whatever the ledger says was erased and exists again (through the
+    forget path, audited as REAPPLY); every start does this by itself for what the database
+    lacks, this is the operator's way (any ledger file, unsigned lines too). It also names
+    the purged tenants the restore brought back (`mnemovault tenant purge` purges them
+    again). Safe to repeat."""
     from rich.progress import Progress
 
     from mnemovault.subjects import ledger as ledger_mod
@@ -237,7 +270,8 @@ def reapply_erasures(
         out.print("the ledger is empty: nothing to reapply", highlight=False)
     for r in results:
         out.print(f"tenant {r['tenant']}: {r['entries']} entries; removed "
-                  f"{len(r['removed'])} memories, shredded {len(r['shredded'])} values"
+                  f"{len(r['removed'])} memories, {len(r['runs_removed'])} procedure runs, "
+                  f"shredded {len(r['shredded'])} values"
                   + (f"; check {len(r['to_rectify'])} rectified memories"
                      if r["to_rectify"] else ""), highlight=False)
 

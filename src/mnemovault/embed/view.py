@@ -32,6 +32,10 @@ class ViewEmbedder:
     def dimension(self) -> int:
         return self.inner.dimension
 
+    def view_of(self, text: str) -> str:
+        """What :meth:`embed` hands the inner embedder for ``text``."""
+        return text if self._transform is None else self._transform(text)
+
     def embed(self, texts: list[str]) -> Vectors:
         if self._transform is not None:
             texts = [self._transform(t) for t in texts]

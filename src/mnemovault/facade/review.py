@@ -3,6 +3,9 @@
     page = mv.review.list(limit=20)                   # pending items, oldest first
     mv.review.approve(page.items[0].id, comment="checked the source")
     mv.review.reject(page.items[1].id)
+
+The local operator (``mv`` without a principal) approves what keys captured; its own
+captures only with ``REVIEW_SELF_APPROVAL=true`` (separation of duties).
 """
 
 from __future__ import annotations

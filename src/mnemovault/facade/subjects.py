@@ -8,6 +8,7 @@
     mv.subjects.verify_receipt(er.receipt)                       # offline check
     mv.subjects.export_ledger(Path("ledger.jsonl"))
     mv.subjects.reapply_erasures()                               # after a backup restore
+    mv.subjects.ledger_status()            # where the ledger is; what the start re-erased
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from mnemovault.facade import Section
 from mnemovault.models import Page
 from mnemovault.runtime import Runtime
 from mnemovault.subjects import access, erase, ledger, receipt, rectify
-from mnemovault.subjects.models import Erasure, Reapplied, Rectified
+from mnemovault.subjects.models import Erasure, Reapplied, Rectified, StartCheck
 
 
 class SubjectsSection(Section):
@@ -32,6 +33,37 @@ class SubjectsSection(Section):
         """Attach the erasure ledger's after-commit file hook to ``rt`` (once); ``rt``."""
         ledger.attach(rt)
         return rt
+
+    @staticmethod
+    def on_start(rt: Runtime) -> StartCheck:
+        """Compare the erasure ledger with the database and re-erase what a database
+        restored from a backup lacks; see :func:`mnemovault.subjects.ledger.check_on_start`
+        (``MemoryVault.open`` calls it)."""
+        return ledger.check_on_start(rt)
+
+    def ensure_checked(self) -> StartCheck:
+        """:meth:`on_start` unless it ran for this database in this process (a server
+        given a vault made from parts calls it before serving)."""
+        return ledger.ensure_checked(self.rt)
+
+    def ledger_status(self) -> dict[str, Any]:
+        """Where the ledger is and what the start check found; see
+        :func:`mnemovault.subjects.ledger.status`."""
+        return ledger.status(self.rt)
+
+    def verify_ledger(self, path: Path | None = None, *,
+                      principal: Principal | None = None) -> dict[str, Any]:
+        """Check ledger files (default: every tenant's) line by line: ``{file: {"lines":
+        n, "problems": [...]}}``; see :func:`mnemovault.subjects.ledger.check`. Needs
+        ``audit:read`` on an unlimited key."""
+        who = self._who(principal)
+        who.require("audit:read")
+        who.require_unlimited("ledger verify")
+        out: dict[str, Any] = {}
+        for p in ledger.files(self.rt, path):
+            c = ledger.check(p)
+            out[str(p)] = {"lines": len(c.lines), "problems": c.problems}
+        return out
 
     def erase(self, subject: str, *, scope: str, principal: Principal | None = None,
               trigger: str = "api", request_id: str | None = None,

@@ -34,8 +34,10 @@ any of them:
    names; for an erase the keyed fingerprints of the subject and the scope. Never content,
    never the query's text, never a subject or scope as written.
 10. ``ledger``: one ``erasure_ledger`` row keyed by that audit row's seq, listing every id
-   and placeholder removed (:mod:`mnemovault.store.ledger`); after commit it is appended to
-   the ledger file outside the database (:mod:`mnemovault.subjects.ledger`).
+   and placeholder removed, and the contributors' ids by kind (``Reach.removed``)
+   (:mod:`mnemovault.store.ledger`); after commit it is appended to the ledger file outside
+   the database (:mod:`mnemovault.subjects.ledger`). :func:`reapply` runs the same steps
+   for the ledger's entries after a backup restore (``REAPPLY``).
 
 A concurrent writer that derives from what is being forgotten makes the delete fail with a
 foreign-key violation (see migration ``0003_lineage``) instead of leaving an orphan fact
@@ -54,7 +56,9 @@ foreign key from its rows to ``memories`` is fine); it deletes its rows, may han
 nodes and edges it released to ``reach.nodes``/``reach.edges`` (removed if orphaned,
 their vault values shredded, by steps 7 and 8), and returns ``{kind: count}``, which lands
 in the audit row's ``contributed`` details and in the erasure receipt's counts. It raises
-to abort the whole forget.
+to abort the whole forget. A contributor that removes rows a backup restore would bring
+back names their ids in ``reach.removed[kind]`` and a function of :data:`REMOVERS` for that
+kind, which :func:`reapply` calls with the ids the ledger recorded.
 """
 
 from __future__ import annotations
@@ -112,6 +116,10 @@ class Reach:
     record supports them any more, and step ``vault`` shreds their values."""
     edges: list[tuple[str, str]] = field(default_factory=list)
     """Edges a contributor released (as ``nodes``)."""
+    removed: dict[str, list[uuid.UUID]] = field(default_factory=dict)
+    """Ids a contributor removed that are not memories, by kind (``procedure_runs``):
+    step ``ledger`` records them, so a reapplication after a backup restore removes them
+    again through the kind's :data:`REMOVERS` function."""
 
 
 Contributor = Callable[[Conn, Reach], dict[str, int]]
@@ -121,6 +129,26 @@ CONTRIBUTORS: dict[str, Contributor] = {
 }
 """Run in step ``contribute`` in name order; named here, not registered at import time,
 so no process can erase without them. :func:`register_contributor` adds one (tests)."""
+
+
+@dataclass(frozen=True)
+class Remover:
+    """How :func:`reapply` removes again ids of one kind of ``Reach.removed``:
+    ``existing(conn, ids)`` those of ``ids`` that exist (a backup restore brought them
+    back); ``remove(conn, ids, reach)`` removes them with whatever goes with them
+    (counters), hands released graph nodes and edges to ``reach`` and the ids it removed
+    to ``reach.removed``, and returns ``{kind: count}``."""
+
+    existing: Callable[[Conn, list[uuid.UUID]], list[uuid.UUID]]
+    remove: Callable[[Conn, list[uuid.UUID], Reach], dict[str, int]]
+
+
+REMOVERS: dict[str, Remover] = {
+    "procedure_runs": Remover(procedure_subjects.existing_runs,
+                              procedure_subjects.reapply_runs),
+}
+"""For a reapplication of the erasure ledger (:func:`reapply`), by kind of
+``Reach.removed``. Every contributor that records ids names its remover here."""
 
 
 def register_contributor(name: str, fn: Contributor) -> None:
@@ -166,6 +194,8 @@ class ForgetOutcome:
     contributed: dict[str, int] = field(default_factory=dict)
     audit_seq: int | None = None
     ids_root: str = ""
+    removed: dict[str, list[uuid.UUID]] = field(default_factory=dict)
+    """The contributors' removed ids by kind (``Reach.removed``), as the ledger records."""
 
 
 @dataclass
@@ -181,6 +211,10 @@ class _Run:
     pii: PiiVault | None = None
     shred_values: list[str] = field(default_factory=list)
     operation: str = "FORGET"
+    reapply: dict[str, list[uuid.UUID]] = field(default_factory=dict)
+    marker: bool = False
+    removed: dict[str, list[uuid.UUID]] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
     actor: str | None = None
     agent: str | None = None
     trigger: str = "api"
@@ -381,6 +415,40 @@ def erase(conn: Conn, *, tenant: str, target: Target, actor: str, agent: str | N
     return _rest(conn, run)
 
 
+def reapply(conn: Conn, *, tenant: str, ids: Sequence[uuid.UUID],
+            contributed: dict[str, list[uuid.UUID]], shred_values: Sequence[str],
+            actor: str, agent: str | None = None, trigger: str = "reapply",
+            request_id: str | None = None, pii: PiiVault | None = None,
+            marker: bool = False, details: dict[str, Any] | None = None) -> ForgetOutcome:
+    """Remove again what erasure-ledger entries list and exists again, through the steps
+    of :func:`forget` (audited as ``REAPPLY``): the memories ``ids`` that exist (with their
+    versions and what was derived from them), the contributors' ids ``contributed`` that
+    exist (by kind, through :data:`REMOVERS`) and the live placeholders ``shred_values``. With
+    nothing to remove nothing is written, unless ``marker``: then the ``REAPPLY`` audit row
+    and a ``reapply`` ledger row are written anyway (the record that this database was
+    compared with the ledger and brought level, :mod:`mnemovault.subjects.ledger`).
+    ``details`` are added to the audit row's (counts and ids only).
+
+    Raises:
+        psycopg.errors.ForeignKeyViolation: as :func:`forget`.
+    """
+    unknown = sorted(set(contributed) - set(REMOVERS))
+    if unknown:
+        raise ValueError(f"reapply: no remover for {unknown} (forget.REMOVERS)")
+    back = {k: REMOVERS[k].existing(conn, sorted(v)) for k, v in sorted(contributed.items())
+            if v}
+    run = _Run(tenant=tenant, ids=list(ids), scope=None, lock=True, pii=pii,
+               shred_values=list(shred_values), operation="REAPPLY", actor=actor,
+               agent=agent, trigger=trigger, request_id=request_id,
+               reapply={k: v for k, v in back.items() if v}, marker=marker,
+               details=dict(details or {}))
+    _step_resolve(conn, run)
+    assert run.resolved is not None
+    if not (run.resolved.named or run.reapply or run.shred_values or marker):
+        return ForgetOutcome(deleted=[], not_found=run.resolved.not_found)
+    return _rest(conn, run)
+
+
 def _rest(conn: Conn, run: _Run) -> ForgetOutcome:
     """Steps 2.. of :data:`STEPS`, looked up by name at call time (so a test's
     replacement runs)."""
@@ -392,7 +460,8 @@ def _rest(conn: Conn, run: _Run) -> ForgetOutcome:
                          versions=r.versions, shredded=run.shredded,
                          graph_nodes_removed=len(run.removed_nodes),
                          graph_edges_removed=run.removed_edges, contributed=run.contributed,
-                         audit_seq=run.audit_seq, ids_root=run.ids_root)
+                         audit_seq=run.audit_seq, ids_root=run.ids_root,
+                         removed=run.removed)
 
 
 # -- steps ------------------------------------------------------------------------------------
@@ -425,8 +494,12 @@ def _step_contribute(conn: Conn, run: _Run) -> None:
     for name in sorted(CONTRIBUTORS):
         for kind, n in CONTRIBUTORS[name](conn, reach).items():
             run.contributed[kind] = run.contributed.get(kind, 0) + int(n)
+    for kind, listed in sorted(run.reapply.items()):
+        for k, n in REMOVERS[kind].remove(conn, listed, reach).items():
+            run.contributed[k] = run.contributed.get(k, 0) + int(n)
     run.nodes = sorted({*run.nodes, *reach.nodes})
     run.edges = sorted({*run.edges, *reach.edges})
+    run.removed = {k: sorted(set(v)) for k, v in sorted(reach.removed.items()) if v}
 
 
 def _step_memories(conn: Conn, run: _Run) -> None:
@@ -463,6 +536,7 @@ def _step_audit(conn: Conn, run: _Run) -> None:
         details["scope_fp"] = run.target.scope_fp
         details["subject_fp"] = run.target.subject_fp
         details["whole_scope"] = run.target.subject is None
+    details.update(run.details)
     if run.query_hash is not None:
         details["query_hash"] = run.query_hash
         details["query_placeholders"] = sorted(set(run.query_placeholders))
@@ -475,7 +549,7 @@ def _step_audit(conn: Conn, run: _Run) -> None:
 def _step_ledger(conn: Conn, run: _Run) -> None:
     assert run.resolved is not None and run.audit_seq is not None
     deleted = run.resolved.all
-    if not deleted and not run.shredded:
+    if not deleted and not run.shredded and not run.removed and not run.marker:
         return
     kind = {"ERASE": "erase", "REAPPLY": "reapply"}.get(run.operation, "forget")
     target = run.target
@@ -483,4 +557,5 @@ def _step_ledger(conn: Conn, run: _Run) -> None:
                         request_id=run.request_id,
                         subject_fp=target.subject_fp if target else None,
                         scope_fp=target.scope_fp if target else None,
-                        memory_ids=deleted, placeholders=run.shredded)
+                        memory_ids=deleted, placeholders=run.shredded,
+                        contributed=dict(run.removed))

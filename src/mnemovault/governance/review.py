@@ -5,20 +5,47 @@ and versions are held as ``pending_review`` (the write path calls
 chat model until a caller with ``review:approve`` approves them. Here: the queue and the
 two decisions.
 
+An approved version stays current until its successor is approved. A held new version of
+a keyed memory does not displace the key's ``active`` version: the key has at most one
+``active`` and one ``pending_review`` row (migration ``0011_visibility``), so recall, wake
+and chat keep showing the approved version while the new one waits. The new row's
+``parent_id`` is that active version (the key's pending one when it has none) and its
+``version`` one more than the key's highest. A newer held version of the same key
+*displaces* the older pending one: it becomes ``superseded`` with ``provenance.review =
+"displaced"`` (kept as history, never recalled, gone from the queue), so a key waits on
+one proposal, the newest (as without the gate the newest write wins). A held procedure
+version likewise leaves its parent recalled until it is approved.
+
 * :func:`queue`: pending items oldest first (uuid7 ids are time-ordered), keyset paged
   (``limit`` 1..100, ``cursor`` = the last id seen), within a limited key's scope and
   subject. Procedures are ``memories`` rows of type ``procedure``, so they are in it.
-* :func:`approve`: the item becomes ``active`` (``provenance.review = "approved"``); an
-  approved procedure version supersedes its parent
+* :func:`approve`: the item becomes ``active`` (``provenance.review = "approved"``) and,
+  in the same transaction, the version it replaces becomes ``superseded``: the key's
+  ``active`` row for a keyed memory, the parent for a procedure version
   (:func:`mnemovault.procedures.service.settle_versions`).
 * :func:`reject`: an item that is not a version of another (no ``parent_id``) is deleted
   through the one forget path (:func:`mnemovault.governance.forget.forget`: its vault
   values no other record uses are shredded, memories derived from it go too, a
   ``FORGET`` row with trigger ``review``). A rejected *version* is kept as history
   instead (forgetting it would forget every version of it): it becomes ``superseded``
-  with ``provenance.review = "rejected"``, is never recalled, and its parent is live
-  again if the version had displaced it (a keyed memory's new version takes its key's
-  live slot when written; the parent comes back unless it was itself never approved).
+  with ``provenance.review = "rejected"`` and is never recalled. The key's active version
+  simply stays. Only where the parent had gone (a rectified memory held for review,
+  whose parent is the version before it; versions held before ``0011_visibility``) is
+  the parent made live again (:func:`mnemovault.store.review.restore_parent`), unless it
+  was itself never approved.
+
+Separation of duties. With ``REVIEW_SELF_APPROVAL=false`` (the default) an item is
+approved only by another actor than the one that captured it: the actor recorded in the
+held row's ``provenance.captured_by`` when it was held (``key:<id>``, or ``local`` for the
+library and CLI operator, which counts as one actor), and, when the reviewer names an
+agent (``Principal.agent``), the ``provenance.agent`` of the item. A self-approval is
+:class:`~mnemovault.errors.Forbidden` with ``details.rule = "separation_of_duties"``. So a
+local capture is not approved locally unless ``REVIEW_SELF_APPROVAL=true``: the library
+embedded in an agent is exactly the writer the gate is meant to check, and an operator who
+is the only person can set the setting (or approve with a key). Rows held before
+``captured_by`` was recorded carry no capturer and are not refused by this rule. Rejecting
+one's own pending capture is allowed: it withdraws what was never published, and the same
+actor could have chosen not to write it (the rejection is audited like any other).
 
 Each decision is one transaction with its audit row (``REVIEW_APPROVE`` or
 ``REVIEW_REJECT``): the reviewer (the row's ``actor``, and ``details.reviewer``), the
@@ -37,9 +64,10 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from mnemovault import validation as checked
+from mnemovault import visibility
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
-from mnemovault.errors import Conflict, NotFound, ValidationError
+from mnemovault.errors import Conflict, Forbidden, NotFound, ValidationError
 from mnemovault.governance import forget as forget_mod
 from mnemovault.guard import capture
 from mnemovault.models import Memory, Page
@@ -55,7 +83,8 @@ class ReviewDecision(BaseModel):
     """The result of :func:`approve` or :func:`reject`: ``status`` is the item's status
     after it (``active``, ``superseded``, or ``deleted``); ``deleted`` every memory the
     forget path removed (the item, what was derived from it); ``restored`` the parent made
-    live again; ``superseded`` the parents an approved procedure version replaced."""
+    live again; ``superseded`` the versions an approval replaced (the key's active
+    version, or a procedure version's parent)."""
 
     id: uuid.UUID
     decision: Literal["approved", "rejected"]
@@ -88,8 +117,8 @@ def queue(rt: Runtime, who: Principal, *, scope: str | None = None, limit: int =
         tr = pii.Translator(rt, conn, who.tenant)
         rows = store.pending(conn, who.tenant, scope=tr(scope), subject=tr(who.subject),
                              cursor=after, limit=limit + 1)
-        items = pii.render(rt, conn, who, [Memory.from_row(r) for r in rows[:limit]],
-                           reveal=False)
+        items = visibility.view(rt, conn, who, "review", tr=tr).render(
+            [Memory.from_row(r) for r in rows[:limit]])
     return Page(items=items, next_cursor=items[-1].id if len(rows) > limit else None)
 
 
@@ -105,13 +134,33 @@ def _comment(rt: Runtime, who: Principal, comment: str | None,
 
 def _pending_row(rt: Runtime, conn: Any, who: Principal, mid: uuid.UUID) -> dict[str, Any]:
     row = store.lock(conn, who.tenant, mid)
-    if row is None or not pii.within_limits(rt, conn, who, row):
+    if row is None or not visibility.view(rt, conn, who).within(row):
         raise NotFound("id: no memory with this id", field="id")
     if row["status"] != "pending_review":
         raise Conflict(f"id: this memory is not pending review (status {row['status']}); "
                        "it was decided already or never held", field="id",
                        status=row["status"])
     return row
+
+
+def _check_duties(rt: Runtime, conn: Any, who: Principal, row: dict[str, Any]) -> None:
+    """The separation of duties (module docstring): refuse ``who`` approving what it
+    captured itself, unless ``REVIEW_SELF_APPROVAL=true``.
+
+    Raises:
+        Forbidden: ``details.rule = "separation_of_duties"``; the item stays pending.
+    """
+    if rt.settings.review_self_approval:
+        return
+    prov = row["provenance"] or {}
+    same = prov.get(store.CAPTURED_BY) == who.actor
+    agent = prov.get("agent")
+    if not same and who.agent is not None and isinstance(agent, str):
+        same = agent in (who.agent, pii.Translator(rt, conn, who.tenant, names=True)(who.agent))
+    if same:
+        raise Forbidden("id: separation of duties: the reviewer captured this item itself "
+                        "and may not approve it (REVIEW_SELF_APPROVAL=false); another key "
+                        "must approve it", field="id", rule="separation_of_duties")
 
 
 def _audit(conn: Any, who: Principal, operation: str, mid: uuid.UUID, request_id: str | None,
@@ -124,11 +173,14 @@ def _audit(conn: Any, who: Principal, operation: str, mid: uuid.UUID, request_id
 
 def approve(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, *,
             comment: str | None = None, request_id: str | None = None) -> ReviewDecision:
-    """Approve a pending item: it becomes active (recalled from now on). One transaction
-    with its ``REVIEW_APPROVE`` audit row. Needs ``review:approve``.
+    """Approve a pending item: it becomes active (recalled from now on) and the version it
+    replaces superseded (module docstring). One transaction with its ``REVIEW_APPROVE``
+    audit row. Needs ``review:approve``, and another actor than the item's capturer
+    unless ``REVIEW_SELF_APPROVAL=true``.
 
     Raises:
-        Forbidden: missing ``review:approve``.
+        Forbidden: missing ``review:approve``; the caller captured the item itself
+            (``details.rule = "separation_of_duties"``).
         NotFound: no such id for this caller.
         Conflict: the item is not pending review (decided already).
         ValidationError: a malformed id, a blank or too long comment.
@@ -139,13 +191,16 @@ def approve(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, *,
     text = _comment(rt, who, comment, request_id)
     with rt.db.transaction(who.tenant) as conn:
         row = _pending_row(rt, conn, who, mid)
+        _check_duties(rt, conn, who, row)
         note = pii.Translator(rt, conn, who.tenant)(text)
+        # the key's active version goes first: a key has one active row at most
+        replaced = store.supersede_active_of_key(conn, who.tenant, mid)
         store.approve(conn, who.tenant, mid)
-        superseded: list[uuid.UUID] = []
+        superseded: list[uuid.UUID] = [replaced] if replaced is not None else []
         if row["type"] == "procedure":
             from mnemovault.procedures import service as procedures
 
-            superseded = list(procedures.settle_versions(conn, [mid]))
+            superseded += procedures.settle_versions(conn, [mid])
         seq = _audit(conn, who, "REVIEW_APPROVE", mid, request_id, note,
                      decision="approved", type=row["type"],
                      superseded=[str(s) for s in superseded])
@@ -156,9 +211,9 @@ def approve(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, *,
 def reject(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, *,
            comment: str | None = None, request_id: str | None = None) -> ReviewDecision:
     """Reject a pending item (module docstring: deleted through the forget path, or a
-    version kept as rejected history with its parent live again). One transaction with its
-    ``REVIEW_REJECT`` audit row (and the ``FORGET`` row of a delete). Needs
-    ``review:approve``.
+    version kept as rejected history while the key's active version stays). One
+    transaction with its ``REVIEW_REJECT`` audit row (and the ``FORGET`` row of a delete).
+    Needs ``review:approve``; the capturer may reject its own item (module docstring).
 
     Raises:
         Forbidden: missing ``review:approve``.

@@ -16,11 +16,21 @@ The rules:
   :class:`~mnemovault.errors.Refused`, whose message and ``details`` name the detector,
   the kind, the severity and the field, never the matched text. Below it, the capture
   passes.
-* A detector that raises, or that does not answer within ``capture_detector_timeout_ms``
-  per item scanned, refuses the capture with :class:`~mnemovault.errors.Unavailable`
-  (fail closed): nothing is stored. Detectors run on a small thread pool so a hung one
-  cannot hang the capture; its thread is abandoned (a pool filled with hung detectors
-  makes every capture fail closed until they return, which the hook reports).
+* Every detector reads the shared normalised views of each field
+  (:func:`mnemovault.guard.normalise.views`: width, zero-width and soft hyphens, control
+  characters, homoglyphs, line breaks inside a token), the same normalisation the injection
+  sanitiser matches through; a field whose views differ is scanned in each, and a finding
+  in any counts. Offsets a finding gives are mapped back to the original text.
+* A detector that raises, that does not answer within ``capture_detector_timeout_ms``
+  per item scanned, or whose answer is not a list of well-formed findings (each a
+  :class:`~mnemovault.guard.detectors.Finding` with string ``detector`` and ``kind``, a
+  :class:`~mnemovault.guard.detectors.Severity`, a ``field`` it was given, and either no
+  offsets or ``0 <= start <= end <= len(text)``) refuses the capture with
+  :class:`~mnemovault.errors.Unavailable` naming the detector (fail closed): nothing is
+  stored. Nothing a detector returns is ever dropped silently. Detectors run on a small
+  thread pool so a hung one cannot hang the capture; its thread is abandoned (a pool
+  filled with hung detectors makes every capture fail closed until they return, which the
+  hook reports).
 * The operator hook (``MNEMOVAULT_CAPTURE_HOOK="pkg.module:fn"``, or :func:`set_hook`)
   gets a :class:`GuardEvent` for every refusal and every detector failure: ids, names and
   counts only. The default logs one warning line. A hook that raises is logged and
@@ -36,6 +46,7 @@ The review gate's default status for new memories, procedures and versions is
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import threading
@@ -47,6 +58,7 @@ from dataclasses import dataclass
 
 from mnemovault.errors import ConfigError, Refused, Unavailable
 from mnemovault.guard.detectors import BUILTIN, CaptureDetector, Finding, Severity
+from mnemovault.guard.normalise import View, views
 from mnemovault.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -62,7 +74,9 @@ MAX_LISTED = 10
 class GuardEvent:
     """What the operator hook gets: ``outcome`` is ``refused`` (a finding at or above the
     threshold), ``error`` (a detector raised: ``error`` is the exception's type name, never
-    its message) or ``timeout``. ``findings`` (refusals) carries kinds and fields only."""
+    its message), ``malformed`` (its answer was not a list of well-formed findings:
+    ``error`` says what was wrong, in words that never quote it) or ``timeout``.
+    ``findings`` (refusals) carries kinds, fields and offsets only."""
 
     outcome: str
     path: str
@@ -186,11 +200,72 @@ def _executor() -> ThreadPoolExecutor:
         return _pool
 
 
-def _scan_all(detector: CaptureDetector, items: Sequence[Mapping[str, str]]) -> list[Finding]:
-    out: list[Finding] = []
-    for fields in items:
-        out.extend(detector.scan(fields))
+Scan = tuple[dict[str, str], dict[str, View]]
+"""One call of a detector: the texts it is given by field name, and the view each came
+from (to check and map back the offsets of its findings)."""
+
+
+def _scans(texts: Sequence[Mapping[str, str]]) -> list[Scan]:
+    """The calls each detector gets: per item, its fields' first views; then, for an item
+    with a field whose joined view differs, those fields' joined views."""
+    out: list[Scan] = []
+    for fields in texts:
+        by_field = {k: views(v) for k, v in fields.items()}
+        out.append(({k: vs[0].text for k, vs in by_field.items()},
+                    {k: vs[0] for k, vs in by_field.items()}))
+        joined = {k: vs[1] for k, vs in by_field.items() if len(vs) > 1}
+        if joined:
+            out.append(({k: v.text for k, v in joined.items()}, joined))
     return out
+
+
+def _scan_all(detector: CaptureDetector, scans: Sequence[Scan]) -> list[object]:
+    """Each scan's raw answer (checked by :func:`_checked` in the caller)."""
+    return [detector.scan(fields) for fields, _ in scans]
+
+
+class Malformed(Exception):
+    """A detector's answer is not a list of well-formed findings (the message says what is
+    wrong without quoting any of it)."""
+
+
+def _is_offset(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _checked(answers: Sequence[object], scans: Sequence[Scan]) -> list[Finding]:
+    """The findings of one detector's answers, checked (module docstring) and with their
+    offsets mapped back to the original text; one per (detector, kind, field).
+
+    Raises:
+        Malformed: an answer is not a list, or holds something that is not a well-formed
+            finding for the fields it was given.
+    """
+    out: dict[tuple[str, str, str], Finding] = {}
+    for answer, (fields, view_of) in zip(answers, scans, strict=True):
+        if not isinstance(answer, list):
+            raise Malformed(f"scan returned {type(answer).__name__}, not a list of findings")
+        for n, f in enumerate(answer):
+            if not isinstance(f, Finding):
+                raise Malformed(f"finding {n} is a {type(f).__name__}, not a Finding")
+            if not (isinstance(f.detector, str) and f.detector and isinstance(f.kind, str)
+                    and f.kind):
+                raise Malformed(f"finding {n} has no detector or kind name")
+            if not isinstance(f.severity, Severity):
+                raise Malformed(f"finding {n} has a severity that is not a Severity")
+            if not isinstance(f.field, str) or f.field not in fields:
+                raise Malformed(f"finding {n} names a field it was not given")
+            start, end = f.start, f.end
+            if start is None and end is None:
+                mapped = f
+            elif not (_is_offset(start) and _is_offset(end)
+                      and 0 <= start <= end <= len(fields[f.field])):  # type: ignore[operator]
+                raise Malformed(f"finding {n} has offsets outside its field's text")
+            else:
+                s, e = view_of[f.field].origin(start, end)  # type: ignore[arg-type]
+                mapped = dataclasses.replace(f, start=s, end=e)
+            out.setdefault((f.detector, f.kind, f.field), mapped)
+    return list(out.values())
 
 
 def _clean(items: Sequence[Mapping[str, str | None]]) -> list[dict[str, str]]:
@@ -211,7 +286,9 @@ def check_capture(rt: Runtime, *, path: str, fields: Mapping[str, str | None],
     Raises:
         Refused: a finding at or above ``BLOCK_AT_SEVERITY`` (``details``: ``detector``,
             ``kind``, ``severity``, ``field``, ``findings``; never the matched text).
-        Unavailable: a detector raised or timed out (fail closed; nothing may be stored).
+        Unavailable: a detector raised, timed out or answered with something other than a
+            list of well-formed findings (fail closed; nothing may be stored;
+            ``details``: ``detector``, ``reason`` ``error``, ``timeout`` or ``malformed``).
         ConfigError: a configured detector or the hook cannot be loaded.
     """
     check_items(rt, path=path, items=[fields], tenant=tenant, request_id=request_id)
@@ -229,17 +306,17 @@ def check_items(rt: Runtime, *, path: str, items: Sequence[Mapping[str, str | No
         return
     threshold = Severity.parse(rt.settings.block_at_severity)
     budget = rt.settings.capture_detector_timeout_ms / 1000.0 * max(len(texts), 1)
+    scans = _scans(texts)
     pool = _executor()
-    futures: list[tuple[CaptureDetector, Future[list[Finding]]]] = [
-        (d, pool.submit(_scan_all, d, texts)) for d in found]
+    futures: list[tuple[CaptureDetector, Future[list[object]]]] = [
+        (d, pool.submit(_scan_all, d, scans)) for d in found]
     deadline = time.monotonic() + budget
     findings: list[Finding] = []
     for detector, future in futures:
         name = str(getattr(detector, "name", type(detector).__name__))
         try:
-            result = future.result(timeout=max(deadline - time.monotonic(), 0.0))
-            if not isinstance(result, list):
-                raise TypeError("scan must return a list of findings")
+            answers = future.result(timeout=max(deadline - time.monotonic(), 0.0))
+            findings.extend(_checked(answers, scans))
         except FutureTimeout:
             future.cancel()
             _notify(hook, GuardEvent("timeout", path, tenant, name, request_id=request_id))
@@ -247,13 +324,19 @@ def check_items(rt: Runtime, *, path: str, items: Sequence[Mapping[str, str | No
                 f"capture guard: detector {name!r} did not answer within "
                 f"{rt.settings.capture_detector_timeout_ms:g} ms; nothing was stored "
                 "(fail closed)", detector=name, reason="timeout") from None
+        except Malformed as exc:
+            _notify(hook, GuardEvent("malformed", path, tenant, name, error=str(exc),
+                                   request_id=request_id))
+            raise Unavailable(
+                f"capture guard: detector {name!r} answered with something other than a "
+                f"list of findings ({exc}); nothing was stored (fail closed)",
+                detector=name, reason="malformed") from None
         except Exception as exc:
             _notify(hook, GuardEvent("error", path, tenant, name, error=type(exc).__name__,
                                    request_id=request_id))
             raise Unavailable(
                 f"capture guard: detector {name!r} failed ({type(exc).__name__}); nothing "
                 "was stored (fail closed)", detector=name, reason="error") from None
-        findings.extend(f for f in result if isinstance(f, Finding))
     blocking = sorted((f for f in findings if f.severity >= threshold),
                       key=lambda f: -f.severity)
     if not blocking:

@@ -3,8 +3,12 @@
 A detector has a ``name`` and a ``scan(fields)`` that returns :class:`Finding` s, each with
 a :class:`Severity`; :func:`mnemovault.guard.capture.check_capture` refuses a capture with
 a finding at or above ``BLOCK_AT_SEVERITY``. A finding names the detector, the kind of
-thing found and the field it was found in, never the matched text (nothing a detector
-returns may carry it).
+thing found, the field it was found in and, optionally, where (``start``, ``end``: offsets
+into the text it was given), never the matched text (nothing a detector returns may carry
+it). The guard hands every detector the shared normalised views of each field
+(:func:`mnemovault.guard.normalise.views`: width, zero-width characters, homoglyphs, line
+breaks inside a token undone), so the rules below are written for plain text, and maps a
+finding's offsets back to the original text.
 
 Built-ins, none needing a model (their kinds and severities are the tables below):
 
@@ -53,12 +57,16 @@ fr_nir                ``2 95 10 99 126 111 93``; 15 digits after     ``stdnum.fr
                       "NIR"/"INSEE"/"sécurité sociale"
 in_aadhaar            ``2345 6789 0124`` (4-4-4)                     ``stdnum.in_.aadhaar``
 se_personnummer       ``YYMMDD-NNNN`` after "personnummer"           ``stdnum.se.personnummer``
-fi_hetu               ``DDMMYY-NNNC``                                ``stdnum.fi.hetu``
+fi_hetu               ``DDMMYY-NNNC`` (the ``-`` is a century sign)   ``stdnum.fi.hetu``
 kr_rrn                ``YYMMDD-NNNNNNN``                             ``stdnum.kr.rrn``
 de_idnr               11 digits after "Steuer-ID"/"IdNr"             ``stdnum.de.idnr``
 nl_bsn                9 digits after "BSN"/"burgerservicenummer"     ``stdnum.nl.bsn``
 pl_pesel              11 digits after "PESEL"                        ``stdnum.pl.pesel``
 ====================  =============================================  =====================
+
+A number written with dots where it has dashes (``536.90.4399``, ``971013.9019902``,
+``390.533.447.05``, ``X.1234567.L``), with the same separator throughout, is the same
+number (the Finnish century sign is not a separator and stays as written).
 
 Every rule has *hints*: lower-case substrings of which the (lower-cased) text must contain
 one before its regex runs, so a typical text is searched by few regexes. The regexes use
@@ -106,26 +114,35 @@ class Severity(IntEnum):
 
 @dataclass(frozen=True)
 class Finding:
-    """One thing a detector found: which detector, what kind, how bad, in which field.
-    Never the matched text."""
+    """One thing a detector found: which detector, what kind, how bad, in which field,
+    and optionally where (``start``/``end``: offsets into the field's text, both or
+    neither; the guard maps them to the original text). Never the matched text."""
 
     detector: str
     kind: str
     severity: Severity
     field: str
+    start: int | None = None
+    end: int | None = None
 
-    def to_dict(self) -> dict[str, str]:
-        return {"detector": self.detector, "kind": self.kind,
-                "severity": self.severity.label, "field": self.field}
+    def to_dict(self) -> dict[str, str | int]:
+        out: dict[str, str | int] = {"detector": self.detector, "kind": self.kind,
+                                     "severity": self.severity.label, "field": self.field}
+        if self.start is not None and self.end is not None:
+            out.update(start=self.start, end=self.end)
+        return out
 
 
 @runtime_checkable
 class CaptureDetector(Protocol):
     """A capture-guard detector: ``scan`` gets the capture's named texts (``content``,
-    ``key``, ``intent``, ``name``, ``tags``… as given by the capture path; never None) and
-    returns its findings (empty: nothing found). It may raise: the guard then refuses the
-    capture as ``Unavailable`` (fail closed). It must be safe to call from several
-    threads at once."""
+    ``key``, ``intent``, ``name``, ``tags``… as given by the capture path; never None), each
+    in the shared normalised view (:func:`mnemovault.guard.normalise.views`; a field with
+    a line break inside a token is scanned a second time in its joined view), and returns a
+    list of its findings (empty: nothing found), each naming one of the fields it was given,
+    its offsets (if any) within that field's text. It may raise: the guard then refuses the
+    capture as ``Unavailable`` (fail closed), as it does for anything but a list of such
+    findings. It must be safe to call from several threads at once."""
 
     name: str
 
@@ -162,7 +179,8 @@ class RegexDetector:
                     continue
                 for m in rule.regex.finditer(text):
                     if rule.valid is None or rule.valid(m):
-                        out.append(Finding(self.name, rule.kind, rule.severity, field_name))
+                        out.append(Finding(self.name, rule.kind, rule.severity, field_name,
+                                           *m.span()))
                         break
         return out
 
@@ -265,6 +283,8 @@ class SecretsDetector(RegexDetector):
 
 # -- government ids ------------------------------------------------------------------------
 def _stdnum(module: str, group: int = 0) -> Callable[[re.Match[str]], bool]:
+    """The python-stdnum check of ``stdnum.<module>`` on ``group`` of the match, dots read
+    as the dashes the number is written with (module docstring)."""
     import importlib
 
     mod = importlib.import_module(f"stdnum.{module}")
@@ -272,7 +292,7 @@ def _stdnum(module: str, group: int = 0) -> Callable[[re.Match[str]], bool]:
 
     def check(m: re.Match[str]) -> bool:
         try:
-            return bool(is_valid(m.group(group)))
+            return bool(is_valid(m.group(group).replace(".", "-")))
         except Exception:  # a validator must never break the guard on odd input
             return False
     return check
@@ -293,7 +313,7 @@ _D = r"(?<![\d.,/-])"  # no digit (or a number's separator) right before the num
 _E = r"(?![\d]|[.,/-]\d)"  # and none right after
 
 GOVERNMENT_RULES: tuple[Rule, ...] = (
-    Rule("us_ssn", H, re.compile(rf"{_D}(\d{{3}}-\d{{2}}-\d{{4}}){_E}"), DIGITS,
+    Rule("us_ssn", H, re.compile(rf"{_D}(\d{{3}}([-.])\d{{2}}\2\d{{4}}){_E}"), DIGITS,
          _stdnum("us.ssn", 1)),
     Rule("us_ssn", H, re.compile(
         _near(r"ssn|social security(?: number| no)?") + rf"{_D}(\d{{9}}|\d{{3}} \d{{2}} \d{{4}})"
@@ -301,17 +321,17 @@ GOVERNMENT_RULES: tuple[Rule, ...] = (
     Rule("uk_nino", H, re.compile(
         r"\b[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b"),
         DIGITS, _nino),
-    Rule("br_cpf", H, re.compile(rf"{_D}(\d{{3}}\.\d{{3}}\.\d{{3}}-\d{{2}}){_E}"), DIGITS,
+    Rule("br_cpf", H, re.compile(rf"{_D}(\d{{3}}\.\d{{3}}\.\d{{3}}[-.]\d{{2}}){_E}"), DIGITS,
          _stdnum("br.cpf", 1)),
     Rule("br_cpf", H, re.compile(_near("cpf") + rf"{_D}(\d{{11}}){_E}"), ("cpf",),
          _stdnum("br.cpf", 1)),
     Rule("ca_sin", H, re.compile(
-        _near(r"sin|social insurance(?: number| no)?") + rf"{_D}(\d{{3}}[- ]?\d{{3}}[- ]?\d{{3}})"
+        _near(r"sin|social insurance(?: number| no)?") + rf"{_D}(\d{{3}}([-. ]?)\d{{3}}\2\d{{3}})"
         + _E), ("sin", "social insurance"), _stdnum("ca.sin", 1)),
     Rule("es_dni", H, re.compile(_near(r"dni|nif|documento nacional(?: de identidad)?")
-                                 + r"\b(\d{8}-?[A-HJ-NP-TV-Z])\b"), ("dni", "nif", "documento"),
+                                 + r"\b(\d{8}[-.]?[A-HJ-NP-TV-Z])\b"), ("dni", "nif", "documento"),
          _stdnum("es.dni", 1)),
-    Rule("es_nie", H, re.compile(r"\b[XYZ]-?\d{7}-?[A-HJ-NP-TV-Z]\b"), DIGITS,
+    Rule("es_nie", H, re.compile(r"\b[XYZ]([-.]?)\d{7}\1[A-HJ-NP-TV-Z]\b"), DIGITS,
          _stdnum("es.nie")),
     Rule("it_codice_fiscale", H, re.compile(
         r"\b[A-Z]{6}[0-9LMNPQRSTUV]{2}[ABCDEHLMPRST][0-9LMNPQRSTUV]{2}[A-Z][0-9LMNPQRSTUV]{3}"
@@ -323,17 +343,18 @@ GOVERNMENT_RULES: tuple[Rule, ...] = (
         _near(r"nir|insee|s[ée]curit[ée] sociale|social security")
         + rf"{_D}([12]\d{{2}}(?:0[1-9]|1[0-2]|[2-9]\d)(?:\d{{2}}|2[AB])\d{{8}}){_E}"),
         ("nir", "insee", "curit", "social security"), _stdnum("fr.nir", 1)),
-    Rule("in_aadhaar", H, re.compile(rf"{_D}(?<!\d )([2-9]\d{{3}}[ -]\d{{4}}[ -]\d{{4}})"
+    Rule("in_aadhaar", H, re.compile(rf"{_D}(?<!\d )([2-9]\d{{3}}(?:[ -]\d{{4}}[ -]|\.\d{{4}}\.)"
+                                     rf"\d{{4}})"
                                      rf"(?![ -]?\d){_E}"),
          DIGITS, _stdnum("in_.aadhaar", 1)),
     Rule("se_personnummer", H, re.compile(
         _near(r"personnummer|personal identity number|samordningsnummer")
-        + rf"{_D}((?:19|20)?\d{{6}}[-+]?\d{{4}}){_E}"),
+        + rf"{_D}((?:19|20)?\d{{6}}[-+.]?\d{{4}}){_E}"),
         ("personnummer", "personal identity", "samordningsnummer"),
         _stdnum("se.personnummer", 1)),
     Rule("fi_hetu", H, re.compile(rf"{_D}(\d{{6}}[-+A-FYXWVU]\d{{3}}[0-9A-Y]){_E}\b"),
          DIGITS, _stdnum("fi.hetu", 1)),
-    Rule("kr_rrn", H, re.compile(rf"{_D}(\d{{6}}-\d{{7}}){_E}"), DIGITS, _stdnum("kr.rrn", 1)),
+    Rule("kr_rrn", H, re.compile(rf"{_D}(\d{{6}}[-.]\d{{7}}){_E}"), DIGITS, _stdnum("kr.rrn", 1)),
     Rule("de_idnr", H, re.compile(
         _near(r"steuer-?id(?:entifikationsnummer)?|steuerliche identifikationsnummer|idnr|"
               r"tax id") + rf"{_D}(\d{{2}} ?\d{{3}} ?\d{{3}} ?\d{{3}}){_E}"),

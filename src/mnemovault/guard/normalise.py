@@ -1,19 +1,40 @@
-"""De-obfuscation for the injection detector: text -> a *folded* form to match phrases in,
-with a map from every folded character back to the original offset it came from.
+"""One normalisation for every text detector, and the injection detector's folding on top.
 
-The folded form is for matching only (nothing stored is ever folded). Stages, in order, each
-a pure function of the previous stage's output:
+**The shared view** (:func:`views`, :data:`CANON_TABLE`): what every detector reads, the
+capture guard's (:mod:`mnemovault.guard.capture` hands each detector these views and maps
+its findings back) and the sanitiser's (its folding below starts from it). It keeps case
+(a key's letters are part of the key) and undoes what hides a token from a regex:
 
-1. **characters** (:data:`FOLD_TABLE`, one ``str.translate``): compatibility decomposition
-   (NFKD: fullwidth ``ｉｇｎｏｒｅ``, mathematical ``𝐢𝐠𝐧𝐨𝐫𝐞``, ligatures, circled letters),
-   combining marks dropped (``ìgnóre``, ``précédentes`` -> ``precedentes``), case folded,
-   zero-width and other format characters dropped (U+200B-U+200F, U+2060-U+2064, U+FEFF,
-   soft hyphen, bidi controls, variation selectors), Unicode *tag* characters (U+E0020-U+E007E,
-   invisible "ASCII smuggling") read as the ASCII they encode, a run of them set off by spaces
-   (it is a text of its own), and Cyrillic, Greek, Armenian
-   and small-capital lookalikes mapped to the Latin letter they imitate (:data:`HOMOGLYPHS`:
-   ``іgnоrе`` with Cyrillic і, о, е -> ``ignore``). Mapping is applied to every character, so a
-   Russian word is folded too; patterns are folded the same way (:func:`fold_literal`).
+* **width and compatibility forms** (NFKD: fullwidth ``ＡＫＩＡ``, mathematical ``𝐀𝐊𝐈𝐀``,
+  ligatures, superscripts, circled letters), combining marks dropped (``pré`` -> ``pre``);
+* **invisible characters** dropped: zero-width and other format characters (U+200B-U+200F,
+  U+2060-U+2064, U+FEFF, the soft hyphen, bidi controls, variation selectors) and control
+  characters (vertical tab, form feed and the like become a line break); Unicode *tag*
+  characters (U+E0020-U+E007E, "ASCII smuggling") read as the ASCII they encode;
+* **homoglyphs**: Cyrillic, Greek, Armenian and small-capital lookalikes mapped to the
+  Latin letter they imitate, case kept (:data:`UPPER_HOMOGLYPHS` for capitals,
+  :data:`HOMOGLYPHS` for the rest: ``АKІA`` with Cyrillic А and І -> ``AKIA``). Every such
+  character is mapped, so a Russian word becomes a string of Latin letters: only a text that
+  then matches a pattern's full shape (a key's prefix, length and alphabet; a checksum) is
+  a finding;
+* **line breaks inside a token**: when a line break sits between two non-space characters
+  (``AKIAQX7Z⏎R2LKVE3MB5TW``; the next line's indentation goes with it), a second view
+  joins it up. A break after a space, or a blank line, is a word or paragraph boundary
+  and stays. Detectors read both views (the first keeps every line boundary a
+  keyword-near-number rule relies on), so joining can only add findings.
+
+Every view carries a map from its characters back to the original offsets
+(:meth:`View.origin`), computed only when a finding asks for it; an ASCII text without
+control characters is its own first view.
+
+**The sanitiser's folding** (:func:`fold`, :func:`fold_with_offsets`) matches phrases in a
+*folded* form with a map from every folded character back to the original offset it came
+from. The folded form is for matching only (nothing stored is ever folded). Stages, in order,
+each a pure function of the previous stage's output:
+
+1. **characters** (:data:`FOLD_TABLE`, one ``str.translate``): the shared view's characters
+   (above), then case folded (and the lookalike table applied once more to what case
+   folding produced). Patterns are folded the same way (:func:`fold_literal`).
 2. **leetspeak**: inside a token that has a letter, ``0 1 3 4 5 7 8 9`` read as
    ``o i e a s t b g`` and ``@ $ ! | +`` (not at the token's end) as ``a s i i t``:
    ``1gn0r3 pr3v10u5`` -> ``ignore previous``; in a text with two or more words that have a
@@ -59,43 +80,149 @@ HOMOGLYPHS: dict[str, str] = {
 }
 """Lookalike letters and the Latin letter they imitate (applied after case folding)."""
 
+UPPER_HOMOGLYPHS: dict[str, str] = {
+    # Cyrillic capitals
+    "А": "A", "В": "B", "Е": "E", "К": "K", "М": "M", "Н": "H", "О": "O", "Р": "P", "С": "C",
+    "Т": "T", "У": "Y", "Х": "X", "І": "I", "Ј": "J", "Ѕ": "S", "Ԛ": "Q", "Ԝ": "W", "Һ": "H",
+    "Ӏ": "I", "Ү": "Y", "Ԍ": "G",
+    # Greek capitals
+    "Α": "A", "Β": "B", "Ε": "E", "Ζ": "Z", "Η": "H", "Ι": "I", "Κ": "K", "Μ": "M", "Ν": "N",
+    "Ο": "O", "Ρ": "P", "Τ": "T", "Υ": "Y", "Χ": "X", "Ϲ": "C", "Ϳ": "J",
+    # Armenian capitals
+    "Օ": "O", "Ս": "U",
+}
+"""Capital lookalikes and the Latin capital they imitate (the shared view keeps case; a
+capital not listed is left to the sanitiser's case folding and :data:`HOMOGLYPHS`)."""
+
 _DROP_CATEGORIES = frozenset({"Mn", "Me", "Cf", "Cc", "Co", "Cs", "Cn"})
+_BREAKS = frozenset("\x0b\x0c\x1c\x1d\x1e\x1f\x85")  # control characters that end a line
+
+
+def _canon_char(ch: str) -> str:
+    """The shared view of one character (module docstring): case kept."""
+    cp = ord(ch)
+    if cp < 128:
+        if 32 <= cp < 127 or ch in "\t\n\r":
+            return ch
+        return "\n" if ch in _BREAKS else ""
+    if 0xE0020 <= cp <= 0xE007E:  # tag characters: invisible ASCII
+        return chr(cp - 0xE0000)
+    category = unicodedata.category(ch)
+    if category in ("Zl", "Zp") or ch in _BREAKS:
+        return "\n"
+    if category == "Zs":
+        return " "
+    out = []
+    for d in unicodedata.normalize("NFKD", ch):
+        if unicodedata.category(d) in _DROP_CATEGORIES:
+            continue
+        out.append(UPPER_HOMOGLYPHS.get(d) or HOMOGLYPHS.get(d, d))
+    return "".join(out)
 
 
 def _fold_char(ch: str) -> str:
-    """Stage 1 for one character (see the module docstring)."""
-    cp = ord(ch)
-    if cp < 128:
-        if ch in "\t\n\r":
-            return ch
-        return ch.lower() if cp >= 32 else ""
-    if 0xE0020 <= cp <= 0xE007E:  # tag characters: invisible ASCII
-        return chr(cp - 0xE0000).lower()
-    if unicodedata.category(ch) in ("Zl", "Zp"):
-        return "\n"
-    if unicodedata.category(ch) == "Zs":
-        return " "
+    """Stage 1 of the sanitiser's folding for one character: the shared view, case folded
+    (see the module docstring)."""
     out = []
-    for c in unicodedata.normalize("NFKD", ch).casefold():
-        for d in unicodedata.normalize("NFKD", c):
+    for c in _canon_char(ch):
+        if c < "\x80":
+            out.append(c.lower())
+            continue
+        for d in unicodedata.normalize("NFKD", c.casefold()):
             if unicodedata.category(d) in _DROP_CATEGORIES:
                 continue
             out.append(HOMOGLYPHS.get(d, d))
     return "".join(out)
 
 
-class _FoldTable(dict[int, str]):
-    """``str.translate`` table computing (and caching) stage 1 for each code point seen."""
+class _Table(dict[int, str]):
+    """A ``str.translate`` table computing (and caching) ``fn`` of each code point seen."""
+
+    def __init__(self, fn: Callable[[str], str]) -> None:
+        super().__init__()
+        self._fn = fn
 
     def __missing__(self, cp: int) -> str:
-        value = _fold_char(chr(cp))
+        value = self._fn(chr(cp))
         if len(self) < 200_000:
             self[cp] = value
         return value
 
 
-FOLD_TABLE = _FoldTable()
-"""Stage 1 as a ``str.translate`` table (filled lazily, one entry per code point seen)."""
+CANON_TABLE = _Table(_canon_char)
+"""The shared view's characters as a ``str.translate`` table (filled lazily)."""
+
+FOLD_TABLE = _Table(_fold_char)
+"""Stage 1 of the folding as a ``str.translate`` table (filled lazily, one entry per code
+point seen)."""
+
+_PLAIN_RE = re.compile(r"[^\x00-\x08\x0b-\x1f\x7f]*")
+_BREAK_RE = re.compile(r"(?<=\S)\r?\n[ \t]*(?=\S)")
+
+
+class View:
+    """One normalised view of a text: ``text`` (what detectors read) and, for any span of
+    it, the span of the original it came from (:meth:`origin`)."""
+
+    __slots__ = ("_make", "_offsets", "source", "text")
+
+    def __init__(self, source: str, text: str,
+                 make_offsets: Callable[[], list[int]] | None) -> None:
+        self.source = source
+        self.text = text
+        self._make = make_offsets
+        self._offsets: list[int] | None = None
+
+    @property
+    def offsets(self) -> list[int] | None:
+        """For each character of ``text``, the offset in ``source`` it came from (None:
+        ``text`` is ``source``)."""
+        if self._offsets is None and self._make is not None:
+            self._offsets = self._make()
+        return self._offsets
+
+    def origin(self, start: int, end: int) -> tuple[int, int]:
+        """The span of ``source`` that ``text[start:end]`` came from (``0 <= start <= end
+        <= len(text)``; an empty span maps to an empty span)."""
+        offsets = self.offsets
+        if offsets is None:
+            return start, end
+        if start >= end:
+            at = offsets[start] if start < len(offsets) else len(self.source)
+            return at, at
+        return offsets[start], offsets[end - 1] + 1
+
+
+def _canon_offsets(text: str) -> list[int]:
+    offsets: list[int] = []
+    table = CANON_TABLE
+    for i, ch in enumerate(text):
+        offsets.extend([i] * len(table[ord(ch)]))
+    return offsets
+
+
+def canonical(text: str) -> str:
+    """The first shared view's text (module docstring): one ``str.translate``."""
+    if text.isascii() and _PLAIN_RE.fullmatch(text):
+        return text
+    return text.translate(CANON_TABLE)
+
+
+def views(text: str) -> tuple[View, ...]:
+    """The shared views of ``text`` (module docstring): the normalised text, and, when a
+    line break sits inside a token, the same with such breaks joined. Detectors read every
+    view; a finding in any one counts."""
+    first_text = canonical(text)
+    first = View(text, first_text, None if first_text is text else
+                 lambda: _canon_offsets(text))
+    if "\n" not in first_text or not _BREAK_RE.search(first_text):
+        return (first,)
+
+    def joined_offsets() -> list[int]:
+        base = first.offsets or list(range(len(text)))
+        return _sub_tracked(_BREAK_RE, _empty, first_text, base)[1]
+
+    return first, View(text, _BREAK_RE.sub("", first_text), joined_offsets)
 
 LEET: dict[str, str] = {"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "8": "b",
                         "9": "g", "@": "a", "$": "s", "!": "i", "|": "i", "+": "t"}

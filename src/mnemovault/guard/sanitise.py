@@ -12,16 +12,27 @@ pattern for, an instruction that reads like ordinary text ("What is the capital 
 or a language it does not know passes unflagged; retrieved records are fenced (SPEC section 5)
 whatever this step finds.
 
-**What is sanitised** (:func:`should_sanitise`): an item whose write came with
-``trigger`` ``"import"`` (the CLI ``import`` and ``demo``), ``"tool"`` or ``"mcp"``
-(:data:`SANITISED_TRIGGERS`), or whose ``provenance.source`` marks it as tool output:
-``"tool"``, ``"tool_output"``, ``"mcp"``, ``"import"`` or a value starting with ``"tool:"``,
-``"mcp:"`` or ``"import:"`` (:data:`SANITISED_SOURCES`; the MCP server's ``remember`` tool
-writes with source ``"mcp"``, and this is how a caller of the batch API marks tool output:
-``{"provenance": {"source": "tool:web_search"}}``). Everything else is the
-caller's own words and is stored as written: ``remember`` (library, CLI, HTTP), the batch API
-without such a source, and chat (``trigger="chat"``: the user's message and the assistant's
-answer). SPEC section 2: remember stores text as text.
+**What is sanitised** (:func:`should_sanitise`, :func:`tool_supplied`): an item whose write
+came with ``trigger`` ``"import"`` (the CLI ``import`` and ``demo``), ``"tool"`` or ``"mcp"``
+(:data:`SANITISED_TRIGGERS`), or whose ``provenance.source`` marks it as tool output
+(:func:`tool_source`): read through the shared normalisation
+(:func:`mnemovault.guard.normalise.canonical`: width, zero-width characters, homoglyphs) and
+case, split into words at anything that is not a letter or a digit and at a change from
+lower to upper case, the source has a word in :data:`SOURCE_WORDS` (``tool``, ``tools``,
+``tooloutput``, ``mcp``, ``import``, ``imported``…). So ``tool``, ``" Tool "``, ``TOOLS``,
+``tool-output``, ``tool_outputs``, ``tool:web_search``, ``web-tool``, ``mcp/github``,
+``gmail_import`` and ``webTool`` all count; ``toolbox``, ``notes.jsonl`` and ``chat`` do not.
+The MCP server's ``remember`` tool writes with source ``"mcp"``, and this is how a caller of
+the batch API marks tool output: ``{"provenance": {"source": "tool:web_search"}}``.
+Everything else is the caller's own words and is stored as written: ``remember`` (library,
+CLI, HTTP), the batch API without such a source, and chat (``trigger="chat"``: the user's
+message and the assistant's answer). SPEC section 2: remember stores text as text.
+
+**Other paths** use the same rule: a procedure or version captured over MCP or marked as tool
+output has its name, intent, step labels, edge conditions, tags and provenance strings
+sanitised (:func:`sanitise_texts`, called by :mod:`mnemovault.procedures.service`); a
+rectification replaces a flagged record's content, or comes from a tool, has its new
+content sanitised and the record keeps its label (:func:`sanitise_rectified`).
 
 **What is rewritten** in a sanitised item: the content, every tag and every string value of the
 provenance. Each hit is widened to its sentence (up to :data:`MAX_BEFORE` characters back and
@@ -38,22 +49,25 @@ sanitiser flagged this" and ``provenance->>'injection_flags' IS NOT NULL`` finds
 
 **Plugging in a classifier**: anything with ``name`` and ``detect(text) -> list[Hit]``
 (:class:`Detector`) can join the heuristic: ``Sanitiser([HeuristicDetector(), Classifier()])``.
-A whole-text verdict is one hit spanning the text.
+A whole-text verdict is one hit spanning the text. It fails closed like the capture guard: a
+detector that raises, or answers with anything but a list of :class:`Hit` s (integer
+offsets with ``0 <= start <= end <= len(text)``, a non-empty family name), makes the write
+:class:`~mnemovault.errors.Unavailable` naming the detector, and nothing is stored.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import ValidationError as PydanticValidationError
 
-from mnemovault.errors import ValidationError
+from mnemovault.errors import Unavailable, ValidationError
 from mnemovault.guard import patterns
-from mnemovault.guard.normalise import fold, fold_with_offsets
+from mnemovault.guard.normalise import canonical, fold, fold_with_offsets
 from mnemovault.models import MAX_CONTENT_CHARS, MAX_TAG_CHARS, MemoryInput
 from mnemovault.validation import MAX_NAME_CHARS, validation_error_from_pydantic
 
@@ -70,11 +84,20 @@ FAMILIES = ("ignore_instructions", "system_prompt", "developer_message", "chain_
 SANITISED_TRIGGERS = frozenset({"import", "tool", "mcp"})
 """Write triggers whose items are always sanitised."""
 
+SOURCE_WORDS = frozenset({"tool", "tools", "tooloutput", "tooloutputs", "toolresult",
+                          "toolresults", "toolcall", "toolcalls", "mcp", "mcps", "import",
+                          "imports", "imported", "importer"})
+"""Words of a ``provenance.source`` that mark an item as tool-supplied (:func:`tool_source`)."""
+
 SANITISED_SOURCES = frozenset({"tool", "tool_output", "mcp", "import"})
-"""``provenance.source`` values (case-insensitive) that mark an item as tool-supplied."""
+"""The canonical spellings of such sources (kept for callers; the rule is
+:func:`tool_source`)."""
 
 SANITISED_SOURCE_PREFIXES = ("tool:", "mcp:", "import:")
-"""``provenance.source`` prefixes that mark an item as tool-supplied."""
+"""The canonical prefixes of such sources (kept for callers; the rule is
+:func:`tool_source`)."""
+
+_SOURCE_WORD_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 
 MAX_BEFORE = 300
 MAX_AFTER = 600
@@ -192,6 +215,23 @@ class HeuristicDetector:
         return hits
 
 
+def _malformed(answer: object, length: int) -> str | None:
+    """What is wrong with a detector's answer for a text of ``length`` characters (None:
+    a list of well-formed hits). Never quotes the answer."""
+    if not isinstance(answer, list):
+        return f"detect returned {type(answer).__name__}, not a list"
+    for n, h in enumerate(answer):
+        if not isinstance(h, Hit):
+            return f"hit {n} is a {type(h).__name__}, not a Hit"
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in (h.start, h.end)):
+            return f"hit {n} has offsets that are not integers"
+        if not 0 <= h.start <= h.end <= length:
+            return f"hit {n} has offsets outside the text"
+        if not isinstance(h.family, str) or not h.family:
+            return f"hit {n} has no family name"
+    return None
+
+
 _START = re.compile(r"[.!?。！？]+[\"'”’)\]]*\s+|\n|:\s+")
 _END = re.compile(r"[.!?。！？]+[\"'”’)\]]*(?=\s|$)|\n")
 _FENCE = re.compile(r"\s*```")
@@ -253,8 +293,29 @@ class Sanitiser:
             detectors if detectors is not None else (HeuristicDetector(),))
 
     def scan(self, text: str) -> list[Hit]:
-        """Every detector's hits in ``text``, in text order."""
-        return sorted(h for d in self.detectors for h in d.detect(text))
+        """Every detector's hits in ``text``, in text order.
+
+        Raises:
+            Unavailable: a detector raised or answered with something other than a list of
+                well-formed hits (``details``: ``detector``, ``reason`` ``error`` or
+                ``malformed``; fail closed: the write stores nothing).
+        """
+        hits: list[Hit] = []
+        for d in self.detectors:
+            name = str(getattr(d, "name", type(d).__name__))
+            try:
+                answer = d.detect(text)
+            except Exception as exc:
+                raise Unavailable(f"injection sanitiser: detector {name!r} failed "
+                                  f"({type(exc).__name__}); nothing was stored (fail closed)",
+                                  detector=name, reason="error") from None
+            problem = _malformed(answer, len(text))
+            if problem:
+                raise Unavailable(f"injection sanitiser: detector {name!r} answered with "
+                                  f"something other than a list of hits ({problem}); nothing "
+                                  "was stored (fail closed)", detector=name, reason="malformed")
+            hits.extend(answer)
+        return sorted(hits)
 
     def sanitise(self, text: str) -> Sanitised:
         """``text`` with every hit's sentence replaced by :data:`REDACTION`."""
@@ -263,7 +324,7 @@ class Sanitiser:
             return Sanitised(text, (), ())
         spans: list[list[int]] = []
         for h in hits:
-            s, e = _widen(text, max(0, h.start), min(len(text), max(h.end, h.start + 1)))
+            s, e = _widen(text, h.start, min(len(text), max(h.end, h.start + 1)))
             if spans and (s <= spans[-1][1] or not text[spans[-1][1]:s].strip()):
                 spans[-1][1] = max(spans[-1][1], e)
             else:
@@ -318,12 +379,76 @@ def default_sanitiser() -> Sanitiser:
     return Sanitiser()
 
 
+def tool_source(source: str | None) -> bool:
+    """Whether a ``provenance.source`` marks its text as tool-supplied: one of its words
+    (split at anything not a letter or digit and at a lower-to-upper case change, after the
+    shared normalisation, case ignored) is in :data:`SOURCE_WORDS` (module docstring)."""
+    if not source:
+        return False
+    words = _SOURCE_WORD_RE.findall(canonical(source))
+    return any(w.casefold() in SOURCE_WORDS for w in words) or (
+        "".join(words).casefold() in SOURCE_WORDS)
+
+
+def tool_supplied(trigger: str, source: str | None) -> bool:
+    """Whether a write with ``trigger`` and ``provenance.source`` ``source`` carries
+    imported or tool-supplied text (module docstring)."""
+    return trigger.strip().casefold() in SANITISED_TRIGGERS or tool_source(source)
+
+
 def should_sanitise(item: MemoryInput, trigger: str) -> bool:
     """Whether a write's item is imported or tool-supplied (see the module docstring)."""
-    if trigger.casefold() in SANITISED_TRIGGERS:
-        return True
-    source = (item.provenance.source or "").casefold()
-    return source in SANITISED_SOURCES or source.startswith(SANITISED_SOURCE_PREFIXES)
+    return tool_supplied(trigger, item.provenance.source)
+
+
+def sanitise_texts(texts: Mapping[str, str | None], limits: Mapping[str, int],
+                   sanitiser: Sanitiser | None = None
+                   ) -> tuple[dict[str, str | None], tuple[str, ...]]:
+    """Each of ``texts`` (by field name; None passes) sanitised, and the families found
+    (label order). A redacted text longer than its field's limit (``limits``, default
+    :data:`_MAX_EXTRA_VALUE`) becomes the marker alone. For fields that are not a memory's
+    (a procedure's name, intent, step labels, edge conditions)."""
+    s = sanitiser or default_sanitiser()
+    out: dict[str, str | None] = {}
+    families: list[str] = []
+    for key, value in texts.items():
+        if value is None:
+            out[key] = None
+            continue
+        r = s.sanitise(value)
+        families.extend(r.families)
+        out[key] = r.text if len(r.text) <= limits.get(key, _MAX_EXTRA_VALUE) else REDACTION
+    return out, _family_order(families)
+
+
+def merge_flags(existing: object, found: Iterable[str]) -> str | None:
+    """The label for a record labelled ``existing`` (a :data:`FLAG_KEY` value or None) in
+    which ``found`` families were found now: the union, in label order (None: neither)."""
+    old = existing.split(",") if isinstance(existing, str) and existing else []
+    both = _family_order([*old, *found])
+    return ",".join(both) if both else None
+
+
+def sanitise_rectified(content: str, provenance: Mapping[str, Any] | None, trigger: str,
+                       sanitiser: Sanitiser | None = None) -> tuple[str, str | None]:
+    """A rectification's new content for a record with ``provenance`` (module docstring):
+    sanitised when the record carries the label or the rectification comes from a tool
+    (``trigger`` import, tool or mcp), else as written. Returns the content to store and
+    the label the record is to carry afterwards: its own, joined by what was found now
+    (None: no label, nothing to change).
+
+    Raises:
+        ValidationError: the redacted content is longer than a memory may be.
+        Unavailable: a detector failed (fail closed).
+    """
+    existing = (provenance or {}).get(FLAG_KEY)
+    if not existing and not tool_supplied(trigger, None):
+        return content, None
+    r = (sanitiser or default_sanitiser()).sanitise(content)
+    if len(r.text) > MAX_CONTENT_CHARS:
+        raise ValidationError(f"content: longer than {MAX_CONTENT_CHARS} characters once "
+                              "potential prompt injections are marked", field="content")
+    return r.text, merge_flags(existing, r.families)
 
 
 def without_flag(item: MemoryInput) -> MemoryInput:

@@ -13,13 +13,24 @@ tool writes) goes through :func:`remember_many`, whose steps are named here, in 
    vault entries and the audit row, in the transaction of step 4)
 
 If any step fails nothing is stored: no memory row, no vault entry.
+
+The embedding is computed before the transaction (issue 29): :func:`embed_ahead` predicts,
+in a short read-only transaction, the text each content will be stored as
+(:meth:`~mnemovault.pii.pseudonymise.Pseudonymiser.predict_many`: placeholders are
+deterministic, so a value the vault holds, or a new one, gets the placeholder it will get)
+and embeds those predictions with no transaction open and no lock held. Step 5 then runs
+in the transaction and compares what the embedder reads of each stored content (its
+*view*) with what it read of the prediction; a content whose view differs (a concurrent
+write made a value known meanwhile, a placeholder counter was taken) is embedded again
+there, so every stored vector is of the stored text. The write transaction thus holds the
+subject's lock only for the pseudonymisation writes, the inserts and the audit row.
 """
 
 from __future__ import annotations
 
 import builtins
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -60,6 +71,16 @@ class Prepared:
     content: str
     placeholders: list[str]  # vault entries this write created
     used: list[str] = field(default_factory=list)  # every placeholder the detectors produced
+    ahead: Ahead | None = None  # the embedding computed before the transaction
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """One item's embedding computed before the write transaction (:func:`embed_ahead`):
+    the text the embedder read (the view of the predicted stored content) and its vector."""
+
+    view: str
+    vector: Any
 
 
 def parse_one(content: str, *, scope: str, subject: str | None, type: str, key: str | None,
@@ -110,7 +131,9 @@ def remember(rt: Runtime, who: Principal, item: MemoryInput, *,
 def remember_many(rt: Runtime, who: Principal,
                   items: Sequence[MemoryInput | dict[str, Any]], *,
                   request_id: str | None = None, trigger: str = "remember") -> list[Receipt]:
-    """Remember a batch: one embedding call, one transaction, one audit row.
+    """Remember a batch: one embedding call before the write transaction (a second one in
+    it, for the items whose stored text differs from the prediction: module docstring), a
+    short read-only transaction for that prediction, one write transaction, one audit row.
 
     Memories with a ``key`` that is already live in their scope become a new version
     (``version`` + 1, ``parent_id`` = old id); the old one is marked ``superseded``.
@@ -133,11 +156,14 @@ def remember_many(rt: Runtime, who: Principal,
             inputs[n] = item.model_copy(update={"subject": who.subject})
     guard(rt, inputs, who, trigger, request_id)
     inputs = sanitise(inputs, trigger)
+    ahead = embed_ahead(rt, inputs, who)  # no transaction open, no lock held
     try:
         with rt.db.transaction(who.tenant) as conn:
             if who.key_id is None:
                 store_tenants.ensure(conn, who.tenant)
             prepared = pseudonymise(rt, conn, inputs, who)
+            for p, a in zip(prepared, ahead, strict=True):
+                p.ahead = a
             # an erase of one of these subjects (or scopes) under way: Conflict, either side
             store_subjects.lock_for_write(conn, who.tenant,
                                           [(p.item.scope, p.item.subject) for p in prepared])
@@ -266,38 +292,116 @@ def pseudonymise(rt: Runtime, conn: Conn, items: list[MemoryInput],
 
 
 def embed(rt: Runtime, prepared: list[Prepared]) -> Any:
-    """Step 5: the embeddings of the pseudonymised contents (one call for the batch)."""
-    return rt.embedder.embed([p.content for p in prepared])
+    """Step 5, in the write transaction: the embeddings of the pseudonymised contents, in
+    order. An item's :attr:`Prepared.ahead` vector is used when the embedder reads the same
+    text of the stored content as it read of the prediction (:func:`embed_ahead`); the
+    others (all of them without ``ahead``) are embedded now, in one call."""
+    vectors: list[Any] = [None] * len(prepared)
+    redo = []
+    for n, p in enumerate(prepared):
+        if p.ahead is not None and p.ahead.view == _view(rt, p.content):
+            vectors[n] = p.ahead.vector
+        else:
+            redo.append(n)
+    if redo:
+        fresh = rt.embedder.embed([prepared[n].content for n in redo])
+        for n, vec in zip(redo, fresh, strict=True):
+            vectors[n] = vec
+    return vectors
+
+
+def embed_ahead(rt: Runtime, items: list[MemoryInput],
+                who: Principal) -> list[Ahead | None]:
+    """Before the write transaction: each item's content as it will most likely be stored,
+    predicted in a short read-only transaction (:func:`predict`), and its embedding, made
+    with no transaction open (one embedder call for the batch); None for an item with no
+    usable prediction. Step 5 (:func:`embed`) checks each prediction against the stored
+    text."""
+    if rt.settings.pii_pseudonymize:
+        with rt.db.transaction(who.tenant) as conn:
+            contents = predict(rt, conn, items, who)
+    else:
+        contents = [i.content for i in items]
+    known = [c for c in contents if c is not None]
+    vectors: Iterator[Any] = iter(rt.embedder.embed(known) if known else [])
+    return [None if c is None else Ahead(view=_view(rt, c), vector=next(vectors))
+            for c in contents]
+
+
+def predict(rt: Runtime, conn: Conn, items: list[MemoryInput],
+            who: Principal) -> list[str | None]:
+    """The pseudonymised contents :func:`pseudonymise` would give now, writing nothing:
+    the same entities and free-text fields, in the same order, through
+    :meth:`~mnemovault.pii.pseudonymise.Pseudonymiser.predict_many` on a read-only
+    pseudonymiser. A tenant whose vault was never used has no placeholder key yet, so a
+    content with a personal value cannot be predicted unless the embedder reads
+    placeholders as their kind only (the ``kinds`` view): None for such a content."""
+    ps = pii.pseudonymiser(rt, conn, who.tenant, read_only=True)
+    exact = ps.keys is not None or _view(rt, "{email:p_0000000000}") == _view(
+        rt, "{email:p_1111111111}")
+    entities: dict[tuple[str, str], None] = {}
+    for item in items:
+        for e in item.entities:
+            entities.setdefault((e.kind, e.value), None)
+    texts: list[str] = []
+    at: list[int] = []  # the index of each item's content in texts
+    for item in items:
+        prov = item.provenance.model_dump(exclude_none=True)
+        fields = [*(v for v in prov.values() if isinstance(v, str)), *item.provenance.tags,
+                  item.scope, item.subject, item.key]
+        texts.extend(v for v in fields if v is not None)
+        at.append(len(texts))
+        texts.append(item.content)
+    out = ps.predict_many(list(entities), texts)
+    return [out[n] if exact or out[n] == item.content else None
+            for n, item in zip(at, items, strict=True)]
+
+
+def _view(rt: Runtime, text: str) -> str:
+    """What the embedder reads of ``text`` (its view, :class:`mnemovault.embed.view.
+    ViewEmbedder`); the text itself for an embedder without one."""
+    view_of = getattr(rt.embedder, "view_of", None)
+    return str(view_of(text)) if callable(view_of) else text
 
 
 def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: Principal,
           request_id: str | None, trigger: str) -> list[Receipt]:
-    """Step 6: the memories (superseding live versions of their keys), their lineage and
-    graph entries, and the ``REMEMBER`` audit row, in the caller's transaction."""
+    """Step 6: the memories (new versions of their keys: :func:`_next_version`), their
+    lineage and graph entries, and the ``REMEMBER`` audit row, in the caller's transaction.
+
+    Under the review gate (``REQUIRE_REVIEW=true``) every item is held as
+    ``pending_review`` with ``provenance.captured_by`` = the writing actor
+    (:func:`mnemovault.store.review.hold`), and a keyed item does not supersede its key's
+    ``active`` version: that stays recalled until the new one is approved
+    (:mod:`mnemovault.governance.review`). A receipt's ``superseded`` is the row this write
+    retired now: without the gate the key's previous live version; under it only a pending
+    version it displaced (None when the key's approved version simply stays)."""
     lineage.check_sources(conn, [(p.item.scope, p.item.derived_from) for p in prepared])
     now = datetime.now(UTC)
+    held = capture.initial_status(rt) == "pending_review"  # the review gate (REQUIRE_REVIEW)
     receipts: list[Receipt] = []
     rows = []
+    displaced = 0
     for p, vec in zip(prepared, vectors, strict=True):
         mid = uuid7()
-        parent, version = None, 1
+        parent, version, superseded = None, 1, None
         if p.item.key is not None:
-            old = store_memories.supersede(conn, who.tenant, p.item.scope, p.item.key, now)
-            if old is not None:
-                parent, version = old[0], old[1] + 1
+            parent, version, superseded = _next_version(conn, who.tenant, p.item.scope,
+                                                        p.item.key, now, held)
+            displaced += held and superseded is not None
         row = (who.tenant, mid, p.item.scope, p.item.subject, p.item.type, p.content,
                p.item.key, vec, p.item.created_at or now, now,
                Jsonb(p.item.provenance.model_dump(exclude_none=True)), parent, version)
-        if p.item.key is not None:
-            store_memories.insert(conn, [row])  # before the next item may supersede it
+        if p.item.key is not None:  # before the next item may supersede it
+            (store_review.insert_held if held else store_memories.insert)(conn, [row])
         else:
             rows.append(row)
         receipts.append(Receipt(id=mid, scope=p.item.scope, version=version,
-                                superseded=parent, placeholders=p.placeholders, audit_seq=0))
+                                superseded=superseded, placeholders=p.placeholders,
+                                audit_seq=0))
     store_memories.insert_many(conn, rows)  # one statement: its triggers run once
-    held = capture.initial_status(rt) == "pending_review"  # the review gate (REQUIRE_REVIEW)
     if held:
-        store_review.hold(conn, who.tenant, [r.id for r in receipts])
+        store_review.hold(conn, who.tenant, [r.id for r in receipts], captured_by=who.actor)
     _index(rt, conn, who.tenant, prepared, receipts)
     seq = audit.append(
         conn, tenant=who.tenant, operation="REMEMBER", actor=who.actor, agent=who.agent,
@@ -305,13 +409,34 @@ def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: 
         details={"count": len(receipts),
                  "superseded": sum(1 for r in receipts if r.superseded),
                  "placeholders_created": sorted({p for r in receipts for p in r.placeholders}),
-                 **({"status": "pending_review"} if held else {})},
+                 **({"status": "pending_review", "displaced": displaced} if held else {})},
     )
     for r in receipts:
         r.audit_seq = seq
         if held:
             r.status = "pending_review"
     return receipts
+
+
+def _next_version(conn: Conn, tenant: str, scope: str, key: str, now: datetime,
+                  held: bool) -> tuple[uuid.UUID | None, int, uuid.UUID | None]:
+    """Where a new version of ``key`` in ``scope`` goes: (``parent_id``, ``version``, the
+    row retired now). ``version`` is one more than the key's highest (rejected and
+    displaced versions count, so numbers are never reused); the parent is the key's
+    ``active`` version, else its pending one. A pending version of the key is displaced
+    (``superseded``, ``provenance.review = "displaced"``): the key waits on one
+    proposal, the newest. Without the gate (``held`` False) the active version is
+    superseded too; under it the active version stays."""
+    active, pending, top = store_review.key_versions(conn, tenant, scope, key)
+    parent = active or pending
+    retired = None
+    if pending is not None:
+        store_review.displace(conn, tenant, pending["id"], now)
+        retired = pending["id"]
+    if active is not None and not held:
+        store_memories.supersede(conn, tenant, scope, key, now)
+        retired = active["id"]
+    return (parent["id"] if parent else None), top + 1, retired
 
 
 def _index(rt: Runtime, conn: Conn, tenant: str, prepared: list[Prepared],

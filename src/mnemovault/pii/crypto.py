@@ -19,18 +19,22 @@ with mode 0600 on first use): ``{"current": 2, "keys": {"1": "<b64>", "2": "<b64
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import os
 import secrets
 import struct
-from dataclasses import dataclass, field
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from mnemovault.errors import ConfigError, MnemoError
+from mnemovault.errors import ConfigError, MnemoError, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -88,67 +92,191 @@ def open_sealed(key: bytes, sealed: Sealed, aad: bytes) -> bytes:
         raise DecryptionError("vault: authentication failed (tampered or moved data)") from None
 
 
-@dataclass
-class KeyRing:
-    """KEK versions (version -> 32-byte key) and the current version. Never stored in the
-    database."""
+class KekUnavailable(DecryptionError):
+    """A wrapped key names a KEK version the key ring does not have (retired or unknown),
+    also after re-reading the key file."""
 
+    code = "kek_unavailable"
+
+
+FileStamp = tuple[int, int, int, int]  # (st_dev, st_ino, st_mtime_ns, st_size)
+
+
+def _stamp(st: os.stat_result) -> FileStamp:
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+@dataclass(frozen=True)
+class _State:
     keys: dict[int, bytes]
     current: int
-    path: Path | None = None
-    _source: str = field(default="memory")
-    created: bool = False
+    stamp: FileStamp | None
 
-    def kek(self, version: int) -> bytes:
-        """Raises:
-            DecryptionError: the version was retired (destroyed) or never existed."""
-        try:
-            return self.keys[version]
-        except KeyError:
-            raise DecryptionError(
-                f"vault: KEK version {version} is not available (retired or unknown)"
-            ) from None
+
+class KeyRing:
+    """KEK versions (version -> 32-byte key) and the current version. Never stored in the
+    database.
+
+    A file-backed ring follows its key file: every process that uses the file (a running
+    ``serve``, a worker, the CLI) notices a rotation made by another one. Before choosing
+    the version to wrap under (:meth:`wrapping_key`) the file's identity (device, inode,
+    mtime, size: one ``stat``) is compared with the one loaded, and a change reloads it; a
+    wrapped key under a version the ring lacks (:meth:`kek`) re-reads the file once before
+    failing; and a lookup re-checks the file at most every :data:`RECHECK_SECONDS`, so a
+    retired version leaves a process's memory soon after it left the file. A key file that
+    changed and cannot be read back (removed, malformed, readable by others) keeps the keys
+    loaded for unwrapping, with a warning, but nothing new is wrapped until it can be read
+    (the version this process knows may have been retired). The file is only ever replaced
+    whole (temp file, fsync, rename, fsync
+    of the directory), so a reader sees the old file or the new one, never a torn one.
+
+    Thread-safe: the keys, current version and file identity are one immutable state that
+    a reload swaps."""
+
+    RECHECK_SECONDS = 1.0
+
+    def __init__(self, keys: dict[int, bytes], current: int, path: Path | None = None,
+                 source: str = "memory", *, created: bool = False,
+                 stamp: FileStamp | None = None) -> None:
+        if current not in keys:
+            raise ConfigError("kek: the current KEK version has no key", field="kek")
+        self.path = path
+        self._source = source
+        self.created = created
+        self._state = _State(dict(keys), current, stamp)
+        self._lock = threading.Lock()
+        self._checked = time.monotonic()
+        self._warned: FileStamp | None = None
+        self._unreadable = False  # the file changed and could not be read back
+
+    # -- reading --------------------------------------------------------------------------
+    @property
+    def keys(self) -> dict[int, bytes]:
+        """The versions this ring holds now (a copy)."""
+        return dict(self._state.keys)
+
+    @property
+    def current(self) -> int:
+        """The version new keys are wrapped under (as last loaded; see :meth:`wrapping_key`
+        for the fresh one)."""
+        return self._state.current
 
     @property
     def current_key(self) -> bytes:
-        return self.keys[self.current]
+        state = self._state
+        return state.keys[state.current]
 
-    def add_version(self) -> int:
-        """Create a new KEK version and make it current (saved if file-backed)."""
-        version = max(self.keys) + 1
-        self.keys[version] = secrets.token_bytes(KEY_BYTES)
-        self.current = version
-        self.save()
-        return version
+    def kek(self, version: int) -> bytes:
+        """The KEK of ``version``; on a miss the key file is re-read once (a rotation by
+        another process) before giving up.
 
-    def retire(self, versions: list[int]) -> None:
-        """Destroy KEK versions: remove them from the key file for good."""
-        if self.current in versions:
-            raise ConfigError("kek: the current KEK version cannot be retired")
-        for v in versions:
-            self.keys.pop(v, None)
-        self.save()
+        Raises:
+            KekUnavailable: the version was retired (destroyed) or never existed."""
+        if time.monotonic() - self._checked >= self.RECHECK_SECONDS:
+            self.refresh()
+        key = self._state.keys.get(version)
+        if key is None and self.refresh():
+            key = self._state.keys.get(version)
+        if key is None:
+            raise KekUnavailable(
+                f"vault: KEK version {version} is not available (retired or unknown)")
+        return key
 
-    def save(self) -> None:
+    def wrapping_key(self) -> tuple[int, bytes]:
+        """``(version, key)`` to wrap a new data key or tenant secret under: the newest
+        current version of the key file (re-checked now), from one consistent state.
+
+        Raises:
+            Unavailable: the key file changed and cannot be read back (wrapping under the
+                version loaded before could use one a rotation has just destroyed)."""
+        self.refresh()
+        if self._unreadable:
+            raise Unavailable(f"kek: the key file {self.path} changed and cannot be read; "
+                              "nothing is encrypted until it can")
+        state = self._state
+        return state.current, state.keys[state.current]
+
+    def refresh(self) -> bool:
+        """Reload the key file if it changed since it was loaded (one ``stat`` otherwise).
+        Returns whether the ring changed. A file that cannot be read back keeps the keys
+        loaded (a warning once per file identity)."""
+        self._checked = time.monotonic()
+        if self.path is None:
+            return False
+        try:
+            stamp = _stamp(os.stat(self.path))
+        except OSError:
+            stamp = None
+        if stamp is not None and stamp == self._state.stamp:
+            self._unreadable = False
+            return False
+        with self._lock:
+            if stamp is not None and stamp == self._state.stamp:
+                return True  # another thread reloaded it meanwhile
+            try:
+                state = _read_file(self.path)
+            except (OSError, ConfigError) as exc:
+                self._unreadable = True
+                if stamp != self._warned:
+                    self._warned = stamp
+                    log.warning("kek: cannot re-read the key file %s (%s); keeping the keys "
+                                "loaded", self.path, exc)
+                return False
+            changed = (state.keys != self._state.keys or state.current != self._state.current)
+            self._state = state
+            self._unreadable = False
+            if changed:
+                log.info("kek: reloaded %s (current version %d, versions %s)", self.path,
+                         state.current, sorted(state.keys))
+            return changed
+
+    # -- changing (the rotation's steps) -------------------------------------------------
+    def _require_file(self) -> Path:
         if self.path is None:
             if self._source == "env":
                 raise ConfigError(
                     "kek: MNEMOVAULT_KEK comes from the environment; rotate it by moving to a "
-                    "key file (MNEMOVAULT_KEK_FILE)")
-            return
-        body = {"current": self.current,
-                "keys": {str(v): base64.b64encode(k).decode() for v, k in self.keys.items()}}
-        tmp = self.path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(body, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+                    "key file (MNEMOVAULT_KEK_FILE)", field="kek")
+            raise ConfigError("kek: this key ring has no key file to rotate", field="kek")
+        return self.path
 
+    def add_version(self) -> int:
+        """Create a new KEK version and make it current: the key file is re-read, the new
+        version added beside the old ones (which stay until :meth:`retire`) and the file
+        replaced atomically. Nothing changes in memory unless the file was written.
+
+        Raises:
+            ConfigError: the ring is not file-backed (``MNEMOVAULT_KEK``), or the key file
+                cannot be read back."""
+        path = self._require_file()
+        with self._lock:
+            base = _read_file(path)
+            version = max(base.keys) + 1
+            keys = {**base.keys, version: secrets.token_bytes(KEY_BYTES)}
+            self._state = _State(keys, version, _write_file(path, keys, version))
+        return version
+
+    def retire(self, versions: list[int]) -> None:
+        """Destroy KEK versions: the key file is re-read and replaced (atomically) without
+        them. The caller has made sure that nothing is wrapped under them any more
+        (:func:`mnemovault.pii.rotation.rotate_kek`).
+
+        Raises:
+            ConfigError: a version to retire is the current one, or the ring is not
+                file-backed."""
+        path = self._require_file()
+        with self._lock:
+            base = _read_file(path)
+            if base.current in versions:
+                raise ConfigError("kek: the current KEK version cannot be retired")
+            keys = {v: k for v, k in base.keys.items() if v not in versions}
+            self._state = _State(keys, base.current, _write_file(path, keys, base.current))
+
+    # -- loading --------------------------------------------------------------------------
     @classmethod
     def load(cls, *, env_value: str | None, key_file: Path) -> KeyRing:
-        """From ``MNEMOVAULT_KEK`` if set, else the key file (created 0600 if missing).
+        """From ``MNEMOVAULT_KEK`` if set, else the key file (created 0600 if missing; two
+        processes starting at once on a fresh directory agree on one file).
 
         Raises:
             ConfigError: a malformed key, a key file readable by others, or a key file
@@ -169,23 +297,86 @@ class KeyRing:
                               "name a key file (unset: <data dir>/kek.json)", field="kek_file")
         if not key_file.exists():
             key_file.parent.mkdir(parents=True, exist_ok=True)
-            ring = cls({1: secrets.token_bytes(KEY_BYTES)}, 1, key_file, "file", created=True)
-            ring.save()
-            log.warning("created the key-encryption key file %s (mode 0600): back it up; "
-                        "without it the vault cannot be opened", key_file)
-            return ring
-        mode = key_file.stat().st_mode & 0o777
-        if mode & 0o077:
-            raise ConfigError(f"kek: {key_file} must not be readable by group or others "
-                              f"(mode {oct(mode)}); chmod 600 it", field="kek_file")
-        try:
-            body = json.loads(key_file.read_text())
-            keys = {int(v): base64.b64decode(k) for v, k in body["keys"].items()}
-            current = int(body["current"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"kek: {key_file} is not a valid key file "
-                              f"({type(exc).__name__})", field="kek_file") from None
-        if current not in keys or any(len(k) != KEY_BYTES for k in keys.values()):
-            raise ConfigError(f"kek: {key_file} has a bad current version or key length",
-                              field="kek_file")
-        return cls(keys, current, key_file, "file")
+            keys = {1: secrets.token_bytes(KEY_BYTES)}
+            if _write_file(key_file, keys, 1, exclusive=True) is not None:
+                log.warning("created the key-encryption key file %s (mode 0600): back it "
+                            "up; without it the vault cannot be opened", key_file)
+                state = _read_file(key_file)
+                return cls(state.keys, state.current, key_file, "file", created=True,
+                           stamp=state.stamp)
+        state = _read_file(key_file)
+        return cls(state.keys, state.current, key_file, "file", stamp=state.stamp)
+
+
+def _read_file(path: Path) -> _State:
+    """The key file's keys, current version and identity (one open file: what was parsed
+    is what was stat'ed).
+
+    Raises:
+        ConfigError: readable by group or others, malformed, or a bad current version or
+            key length.
+        OSError: it cannot be opened."""
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        raw = f.read()
+    mode = st.st_mode & 0o777
+    if mode & 0o077:
+        raise ConfigError(f"kek: {path} must not be readable by group or others "
+                          f"(mode {oct(mode)}); chmod 600 it", field="kek_file")
+    try:
+        body = json.loads(raw)
+        keys = {int(v): base64.b64decode(k) for v, k in body["keys"].items()}
+        current = int(body["current"])
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"kek: {path} is not a valid key file "
+                          f"({type(exc).__name__})", field="kek_file") from None
+    if current not in keys or any(len(k) != KEY_BYTES for k in keys.values()):
+        raise ConfigError(f"kek: {path} has a bad current version or key length",
+                          field="kek_file")
+    return _State(keys, current, _stamp(st))
+
+
+def _write_file(path: Path, keys: dict[int, bytes], current: int, *,
+                exclusive: bool = False) -> FileStamp | None:
+    """Replace ``path`` by a key file of ``keys`` and ``current``: a temp file of its own
+    (mode 0600) in the same directory, fsync, rename over ``path`` (``exclusive``: a hard
+    link that fails if ``path`` exists, then None is returned and nothing changed), fsync
+    of the directory. Temp files that a writer killed before its rename left behind (each a
+    copy of the keys, retired versions included) are removed with it. Returns the new
+    file's identity."""
+    body = json.dumps({"current": current,
+                       "keys": {str(v): base64.b64encode(k).decode()
+                                for v, k in sorted(keys.items())}}).encode()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o600)
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+            st = os.fstat(f.fileno())
+        if exclusive:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return None
+        else:
+            os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    if not exclusive:  # a rotation killed before its rename left a copy of the keys
+        for stale in path.parent.glob(f".{path.name}.*.tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+    _fsync_dir(path.parent)
+    return _stamp(os.stat(path)) if exclusive else _stamp(st)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (POSIX: the entry lives in the directory)."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -16,6 +16,7 @@ number) takes that value's identity too, so its other written forms find its ent
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,7 @@ from mnemovault.pii.detect import (
     normalise,
 )
 from mnemovault.pii.vault import PLACEHOLDER_RE, PiiVault, TenantKeys
+from mnemovault.store import pii as pii_store
 
 
 @dataclass
@@ -169,3 +171,61 @@ class Pseudonymiser:
             r.created.reverse()
             out.append(r)
         return registered, out
+
+    def predict_many(self, entities: Sequence[tuple[str, str]],
+                     texts: Sequence[str]) -> list[str]:
+        """The texts :meth:`rewrite_many` would give for ``entities`` and ``texts`` if the
+        vault stayed as it is now, writing nothing (a write embeds its text before its
+        transaction: :func:`mnemovault.memories.write.remember_many`): the same detection
+        (a caller-named entity, and a value new to the vault, is recognised in every later
+        text), each value the vault holds as its placeholder (one plain read, no lock),
+        each new one as the placeholder it would be created with (counter 0). Works on a
+        read-only pseudonymiser; with no tenant keys yet, new values get placeholders of
+        throw-away keys (their kind, which is what the embedder reads, is right). The
+        pseudonymiser's own index learns the values it saw, as in :meth:`rewrite_many`: use
+        a fresh one for each prediction.
+
+        A prediction is a guess: a concurrent write may create a value meanwhile, or a
+        placeholder counter may be taken, so the caller compares it with what its
+        transaction stores and redoes what differs."""
+        if self.keys is not None:
+            keys, known = self.keys, self.known
+            assert known is not None
+        else:
+            keys = TenantKeys(os.urandom(32), os.urandom(32))
+            known = KnownEntityIndex(keys.fingerprint_key)
+        structured = [d for d in self.detectors if d is not self.known]
+        detectors = [known, *structured]
+        added: set[bytes] = set()
+        wanted: dict[bytes, tuple[str, str, str | None]] = {}
+
+        def want(kind: str, value: str, identity: str | None) -> bytes:
+            entity = known.entity(kind, value, identity=identity)
+            fp = entity.fingerprint
+            wanted.setdefault(fp, (kind, value, identity))
+            if fp not in self._known_fps and fp not in added:
+                added.add(fp)
+                known.add_fingerprint(kind, fp, entity.n_tokens, entity.head)
+            return fp
+
+        for kind, value in entities:
+            want(kind, value, self._identity(value))
+        sites: list[list[tuple[int, int, bytes]]] = []
+        for text in texts:
+            protected = [(m.start(), m.end()) for m in PLACEHOLDER_RE.finditer(text)]
+            findings = [f for f in detect_all(text, detectors)
+                        if not any(f.start < e and s < f.end for s, e in protected)]
+            sites.append([(f.start, f.end, want(f.kind, f.value, f.identity))
+                          for f in sorted(findings, key=lambda f: f.start, reverse=True)])
+        held = (pii_store.placeholders_by_fingerprints(self.conn, self.tenant, list(wanted),
+                                                       lock=False)
+                if wanted and self.keys is not None else {})
+        placeholder = {fp: (held[fp]["placeholder"] if fp in held else
+                            keys.candidate(kind, value, 0, identity=identity))
+                       for fp, (kind, value, identity) in wanted.items()}
+        out = []
+        for text, row in zip(texts, sites, strict=True):
+            for start, end, fp in row:
+                text = text[:start] + placeholder[fp] + text[end:]
+            out.append(text)
+        return out

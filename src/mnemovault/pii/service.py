@@ -5,7 +5,7 @@
 - output rendering is the visibility rule's (:mod:`mnemovault.visibility`: who may see
   and reveal what); :func:`placeholder_outputs` asks it in a transaction of its own;
 - the vault's entries (:func:`entries`, :func:`entry`, :func:`export`), crypto-shredding
-  (:func:`shred`) and KEK rotation (:func:`rotate_kek`).
+  (:func:`shred`); KEK rotation is :mod:`mnemovault.pii.rotation`.
 
 The write path's pseudonymisation step is :func:`mnemovault.memories.write.pseudonymise`;
 detection is :mod:`mnemovault.pii.detect`; the encryption recipes :mod:`mnemovault.pii.
@@ -24,7 +24,6 @@ from mnemovault import visibility
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
 from mnemovault.errors import Forbidden, NotFound, ValidationError
-from mnemovault.pii.crypto import Sealed, dek_aad, open_sealed, seal, secret_aad
 from mnemovault.pii.translate import (  # noqa: F401 (the read side, re-exported)
     NAME_TOKENS,
     Translator,
@@ -53,20 +52,6 @@ def redact(rt: Runtime, who: Principal, texts: Sequence[str]) -> list[str]:
         return [tr(t) or t for t in texts]
 
 
-def stored_limits(rt: Runtime, conn: Conn, who: Principal,
-                  tr: Translator | None = None) -> tuple[str | None, str | None]:
-    """The principal's scope and subject limits as stored (pseudonymised), or None
-    (:func:`mnemovault.visibility.view`)."""
-    v = visibility.view(rt, conn, who, tr=tr)
-    return v.scope, v.subject
-
-
-def within_limits(rt: Runtime, conn: Conn, who: Principal, row: dict[str, Any]) -> bool:
-    """Whether a stored memory row (``scope``, ``subject_id``) lies within the key's
-    limits (:meth:`mnemovault.visibility.View.within`)."""
-    return not who.limited or visibility.view(rt, conn, who).within(row)
-
-
 def query_placeholders(rt: Runtime, conn: Conn, tenant: str, query: str,
                        tr: Translator | None = None) -> tuple[list[str], list[str]]:
     """The live vault placeholders a query names: (values whose original appears in it,
@@ -81,14 +66,6 @@ def query_placeholders(rt: Runtime, conn: Conn, tenant: str, query: str,
         return [], []
     live = store.live_among(conn, tenant, wanted)
     return (sorted(live & set(detected)), sorted(live & set(typed)))
-
-
-def render(rt: Runtime, conn: Conn, who: Principal, memories: list[Any], *,
-           reveal: bool, request_id: str | None = None) -> list[Any]:
-    """Output rendering for the ``read`` view (:meth:`mnemovault.visibility.View.render`);
-    paths with another purpose open their own view."""
-    return visibility.view(rt, conn, who).render(memories, reveal=reveal,
-                                                 request_id=request_id)
 
 
 def placeholder_outputs(rt: Runtime, who: Principal, placeholders: Iterable[str], *,
@@ -113,15 +90,14 @@ def entries(rt: Runtime, who: Principal, *, limit: int = 50,
             cursor: str | None = None) -> list[dict[str, Any]]:
     """Vault entries, metadata only (placeholder, kind, created, shredded), ordered by
     placeholder; ``cursor`` = the last placeholder seen. Needs ``memory:read``. A key
-    limited to a scope or subject sees the entries its memories use."""
+    limited to a scope or subject sees the entries records it may see carry
+    (:meth:`mnemovault.visibility.View.entry_page`)."""
     who.require("memory:read")
     if not isinstance(limit, int) or not 1 <= limit <= 100:
         raise ValidationError("limit: must be an integer in 1..100", field="limit")
     after = checked.optional_name(cursor, "cursor", max_len=MAX_PLACEHOLDER_CHARS) or ""
     with rt.db.transaction(who.tenant) as conn:
-        scope, subject = stored_limits(rt, conn, who)
-        return store.entries(conn, who.tenant, after=after, limit=limit, limited=who.limited,
-                             scope=scope, subject=subject)
+        return visibility.view(rt, conn, who).entry_page(after=after, limit=limit)
 
 
 def entry(rt: Runtime, who: Principal, placeholder: str, *, reveal: bool = False,
@@ -132,8 +108,8 @@ def entry(rt: Runtime, who: Principal, placeholder: str, *, reveal: bool = False
     comes without a value, as for a caller who did not ask.
 
     Raises:
-        NotFound: no such placeholder in this tenant (or, for a limited key, no record
-            within its limits uses it).
+        NotFound: no such placeholder in this tenant (or, for a limited key, no record it
+            may see carries it: :meth:`mnemovault.visibility.View.entries_shown`).
     """
     who.require("memory:read")
     placeholder = checked.name(placeholder, "placeholder", max_len=MAX_PLACEHOLDER_CHARS)
@@ -142,9 +118,9 @@ def entry(rt: Runtime, who: Principal, placeholder: str, *, reveal: bool = False
     with rt.db.transaction(who.tenant) as conn:
         row = store.entry(conn, who.tenant, placeholder)
         v = visibility.view(rt, conn, who)
-        if row is None or placeholder not in v.used_within([placeholder]):
+        if row is None or placeholder not in v.entries_shown([placeholder]):
             raise NotFound("placeholder: no such vault entry", field="placeholder")
-        out = dict(row)
+        out = v.entry_rows([dict(row)])[0]
         if reveal:
             shown = v.outputs([placeholder], reveal=True, request_id=request_id,
                               trigger="vault")
@@ -168,9 +144,9 @@ def shred(rt: Runtime, who: Principal, placeholders: Sequence[str], *,
                               field="placeholders")
     with rt.db.transaction(who.tenant) as conn:
         if who.limited:
-            scope, subject = stored_limits(rt, conn, who)
-            inside = store.used_within(conn, who.tenant, wanted, scope=scope, subject=subject)
-            if inside != set(wanted):
+            v = visibility.view(rt, conn, who)
+            scope, subject = v.scope, v.subject
+            if v.entries_shown(wanted) != set(wanted):  # as entry(): quoting is not enough
                 raise NotFound("placeholders: no such vault entry within this key's limits",
                                field="placeholders")
             if store.used_outside(conn, who.tenant, wanted, scope=scope, subject=subject):
@@ -200,52 +176,3 @@ def export(rt: Runtime, who: Principal, *,
         audit.append(conn, tenant=who.tenant, operation="VAULT_EXPORT", actor=who.actor,
                      agent=who.agent, request_id=request_id, details={"count": len(rows)})
     return [{**r, "value": values[r["placeholder"]]} for r in rows]
-
-
-def rotate_kek(rt: Runtime, *, retire: bool = False) -> dict[str, Any]:
-    """Operator path (the database owner's connection): make a new KEK version current and
-    rewrap every DEK and tenant secret under it, one tenant per transaction (its secret,
-    its DEKs and its ``KEK_ROTATE`` audit row commit together: on Citus one shard, no
-    two-phase commit); ciphertexts are not touched. A failure leaves the tenants before it
-    rewrapped and the rest under their old version (both open: the old versions stay in
-    the key file), and a re-run finishes them. With ``retire`` the old versions are then
-    destroyed (removed from the key file), so a wrapped DEK left in old table pages, WAL
-    or a backup can no longer be opened; only after every tenant is done."""
-    from psycopg.rows import dict_row
-
-    from mnemovault.store.db import owner_connection
-
-    keyring = rt.keyring
-    old_versions = sorted(keyring.keys)
-    new = keyring.add_version()
-    counts: dict[str, int] = {}
-    new_key = keyring.current_key
-    with owner_connection(rt.db.url, row_factory=dict_row) as conn:
-        for t in store.tenants_not_under(conn, new):
-            conn.commit()  # each tenant in a transaction of its own
-            with conn.transaction():
-                for r in store.secrets_not_under(conn, new, t):
-                    secret = open_sealed(keyring.kek(r["kek_version"]),
-                                         Sealed(bytes(r["nonce"]), bytes(r["wrapped_secret"])),
-                                         secret_aad(t, r["kek_version"]))
-                    sealed = seal(new_key, secret, secret_aad(t, new))
-                    store.rewrap_secret(conn, t, new, sealed.nonce, sealed.ciphertext)
-                n = 0
-                for r in store.deks_not_under(conn, new, t):
-                    ph = r["placeholder"]
-                    dek = open_sealed(keyring.kek(r["kek_version"]),
-                                      Sealed(bytes(r["nonce"]), bytes(r["wrapped_dek"])),
-                                      dek_aad(t, ph, r["kek_version"]))
-                    sealed = seal(new_key, dek, dek_aad(t, ph, new))
-                    store.rewrap_dek(conn, t, ph, new, sealed.nonce, sealed.ciphertext)
-                    n += 1
-                if n:
-                    store.set_tenant(conn, t)
-                    audit.append(conn, tenant=t, operation="KEK_ROTATE", actor="operator",
-                                 details={"kek_version": new, "rewrapped": n,
-                                          "retire": retire})
-                    counts[t] = n
-    if retire:
-        keyring.retire([v for v in old_versions if v != new])
-    return {"kek_version": new, "rewrapped": sum(counts.values()),
-            "tenants": len(counts), "retired": old_versions if retire else []}

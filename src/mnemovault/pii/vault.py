@@ -41,6 +41,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from mnemovault.pii.crypto import (
+    KekUnavailable,
     KeyRing,
     Sealed,
     dek_aad,
@@ -103,7 +104,15 @@ class NewEntry:
 
 
 class PiiVault:
-    """Vault operations inside a transaction handed in by the caller (tenant already set)."""
+    """Vault operations inside a transaction handed in by the caller (tenant already set).
+
+    A live KEK rotation (:mod:`mnemovault.pii.rotation`) may run in another process at any
+    time: a new data key or tenant secret is wrapped under the key file's newest version,
+    picked after the transaction took the wrap lock in share mode
+    (:func:`mnemovault.store.pii.lock_wrap`), so a rotation's retire waits for it and then
+    sees it; an unwrap under a version the key ring lacks re-reads the key file and, if the
+    version is gone from it, the row once more (a rotation rewrapped it after this
+    statement read it)."""
 
     def __init__(self, keyring: KeyRing) -> None:
         self.keyring = keyring
@@ -114,8 +123,9 @@ class PiiVault:
         keys = self.existing_tenant_keys(conn, tenant)
         if keys is None:
             secret = secrets.token_bytes(32)
-            v = self.keyring.current
-            sealed = seal(self.keyring.current_key, secret, secret_aad(tenant, v))
+            store.lock_wrap(conn)
+            v, kek = self.keyring.wrapping_key()
+            sealed = seal(kek, secret, secret_aad(tenant, v))
             store.insert_tenant_secret(conn, tenant, v, sealed.nonce, sealed.ciphertext)
             keys = self.existing_tenant_keys(conn, tenant)
             assert keys is not None
@@ -128,11 +138,20 @@ class PiiVault:
         row = store.tenant_secret(conn, tenant)
         if row is None:
             return None
-        v = row["kek_version"]
-        secret = open_sealed(self.keyring.kek(v),
-                             Sealed(bytes(row["nonce"]), bytes(row["wrapped_secret"])),
-                             secret_aad(tenant, v))
+        try:
+            secret = self._open_secret(tenant, row)
+        except KekUnavailable:  # rewrapped and retired since this statement read it?
+            row = store.tenant_secret(conn, tenant)
+            if row is None:
+                return None
+            secret = self._open_secret(tenant, row)
         return TenantKeys(_derive(secret, b"placeholder"), _derive(secret, b"fingerprint"))
+
+    def _open_secret(self, tenant: str, row: dict[str, Any]) -> bytes:
+        v = row["kek_version"]
+        return open_sealed(self.keyring.kek(v),
+                           Sealed(bytes(row["nonce"]), bytes(row["wrapped_secret"])),
+                           secret_aad(tenant, v))
 
     # -- entries --------------------------------------------------------------------------
     def lookup(self, conn: psycopg.Connection[Any], keys: TenantKeys,
@@ -170,8 +189,9 @@ class PiiVault:
                 ciphertext=sealed_value.ciphertext)
             if not inserted:
                 continue  # taken: same value by a concurrent writer (seen above), or another
-            v = self.keyring.current
-            wrapped = seal(self.keyring.current_key, dek, dek_aad(tenant, placeholder, v))
+            store.lock_wrap(conn)
+            v, kek = self.keyring.wrapping_key()
+            wrapped = seal(kek, dek, dek_aad(tenant, placeholder, v))
             store.insert_dek(conn, tenant=tenant, placeholder=placeholder, kek_version=v,
                              nonce=wrapped.nonce, wrapped=wrapped.ciphertext)
             index.add_fingerprint(kind, fp, entity.n_tokens, entity.head)
@@ -206,7 +226,9 @@ class PiiVault:
                          sealed_value.nonce, sealed_value.ciphertext))
             deks[fp] = dek
         inserted = store.insert_values(conn, tenant, rows)
-        v = self.keyring.current
+        if inserted:
+            store.lock_wrap(conn)
+        v, kek = self.keyring.wrapping_key()
         wrapped_rows = []
         for fp in new:
             entity, value, identity = first[fp]
@@ -215,7 +237,7 @@ class PiiVault:
                 out[fp] = self.get_or_create(conn, tenant, keys, entity.kind, value, index,
                                              identity=identity)
                 continue
-            wrapped = seal(self.keyring.current_key, deks[fp], dek_aad(tenant, taken, v))
+            wrapped = seal(kek, deks[fp], dek_aad(tenant, taken, v))
             wrapped_rows.append((taken, v, wrapped.nonce, wrapped.ciphertext))
             out[fp] = NewEntry(taken, entity.kind, True)
         store.insert_deks(conn, tenant, wrapped_rows)
@@ -242,20 +264,36 @@ class PiiVault:
         wanted = sorted(set(placeholders))
         if not wanted:
             return {}
-        rows = store.sealed_values(conn, tenant, wanted)
         out: dict[str, str] = {}
+        again = self._open_values(tenant, store.sealed_values(conn, tenant, wanted), out)
+        if again:  # rewrapped and retired since the statement read them? read them again
+            again = self._open_values(tenant, store.sealed_values(conn, tenant, sorted(again)),
+                                       out)
+            if again:
+                self.keyring.kek(min(again.values()))  # raises KekUnavailable
+        return out
+
+    def _open_values(self, tenant: str, rows: list[dict[str, Any]],
+                     out: dict[str, str]) -> dict[str, int]:
+        """Decrypt ``rows`` (of :func:`~mnemovault.store.pii.sealed_values`) into ``out``;
+        returns ``{placeholder: kek_version}`` of those whose KEK version is unavailable."""
+        missing: dict[str, int] = {}
         for r in rows:
             ph = r["placeholder"]
             if r["ciphertext"] is None or r["wrapped_dek"] is None:
                 out[ph] = ERASED
                 continue
             v = r["kek_version"]
-            dek = open_sealed(self.keyring.kek(v),
-                              Sealed(bytes(r["dnonce"]), bytes(r["wrapped_dek"])),
+            try:
+                kek = self.keyring.kek(v)
+            except KekUnavailable:
+                missing[ph] = v
+                continue
+            dek = open_sealed(kek, Sealed(bytes(r["dnonce"]), bytes(r["wrapped_dek"])),
                               dek_aad(tenant, ph, v))
             out[ph] = open_sealed(dek, Sealed(bytes(r["nonce"]), bytes(r["ciphertext"])),
                                   value_aad(tenant, ph)).decode("utf-8")
-        return out
+        return missing
 
     def erased_placeholders(self, conn: psycopg.Connection[Any],
                             placeholders: Iterable[str]) -> set[str]:

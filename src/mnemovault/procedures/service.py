@@ -17,13 +17,21 @@ Each operation is one transaction with its audit row: ``PROCEDURE_CAPTURE``,
 the ``FORGET`` row of a prune that deletes). Every capture (procedure, version, run)
 passes the capture guard first (:func:`mnemovault.guard.capture.check_capture`, paths
 ``procedure`` and ``run``) and takes the review gate's initial status
-(:func:`mnemovault.guard.capture.initial_status`). The guard scans every string that is
-stored, as the memory write path does: the question (embedded), name, intent, scope and
-subject, every string of the steps graph (node ids, tools, argument names, labels, edge
-ends and conditions) and every provenance string (source, agent, run_id, source_id,
-tags and extra keys' string values); for a run, its evaluator name, subject and every
-provenance string. (Procedure versions keep the parent's scope and subject, which were
-scanned when it was captured.)
+(:func:`mnemovault.guard.capture.initial_status`; a held one records its capturer in
+``provenance.captured_by``, who may not approve it: :mod:`mnemovault.governance.review`).
+The guard scans every string that is stored, as the memory write path does: the question
+(embedded), name, intent, scope and subject, every string of the steps graph (node ids,
+tools, argument names, labels, edge ends and conditions) and every provenance string
+(source, agent, run_id, source_id, tags and extra keys' string values); for a run, its
+evaluator name, subject and every provenance string. (Procedure versions keep the
+parent's scope and subject, which were scanned when it was captured.) A procedure or
+version that comes from a tool (``trigger`` ``mcp``, ``tool`` or ``import``, or a
+``provenance.source`` that marks tool output:
+:func:`mnemovault.guard.sanitise.tool_supplied`) then passes the injection sanitiser: its
+name, intent, node labels, edge conditions, tags and provenance strings have potential
+prompt injections replaced by ``[REDACTED_POTENTIAL_PROMPT_INJECTION]`` and the families
+found in ``provenance.injection_flags`` (a caller-supplied value of that key is dropped on
+every capture), since recall serves them to other agents.
 
 Verdicts and counters
     A run carries the agent's verdict, an evaluator's (name, verdict, score) and, after
@@ -67,8 +75,9 @@ from mnemovault.errors import Conflict, NotFound, Unavailable, ValidationError
 from mnemovault.governance import forget as forget_mod
 from mnemovault.governance import graph
 from mnemovault.guard import capture as capture_guard
+from mnemovault.guard import sanitise as injection
 from mnemovault.ids import uuid7
-from mnemovault.models import Provenance
+from mnemovault.models import MAX_TAG_CHARS, Provenance
 from mnemovault.pii import service as pii
 from mnemovault.pii.pseudonymise import Pseudonymiser
 from mnemovault.procedures import ranking
@@ -92,9 +101,10 @@ from mnemovault.procedures.render import render_procedures, render_runs
 from mnemovault.runtime import Runtime
 from mnemovault.store import memories as memory_store
 from mnemovault.store import procedures as store
+from mnemovault.store import review as review_store
 from mnemovault.store import tenants as store_tenants
 from mnemovault.store.db import tenant_of
-from mnemovault.validation import parse_id, validation_error_from_pydantic
+from mnemovault.validation import MAX_NAME_CHARS, parse_id, validation_error_from_pydantic
 
 Conn = psycopg.Connection[Any]
 
@@ -159,6 +169,45 @@ def _guard(rt: Runtime, who: Principal, path: str, request_id: str | None,
            fields: dict[str, str | None]) -> None:
     capture_guard.check_capture(rt, path=path, fields=fields, tenant=who.tenant,
                                 request_id=request_id)
+
+
+def _sanitised(trigger: str, name: str, intent: str | None, s: Steps, prov: Provenance
+               ) -> tuple[str, str | None, Steps, Provenance]:
+    """Name, intent, steps and provenance through the injection sanitiser when they come
+    from a tool (module docstring); the sanitiser's label is dropped from a caller's
+    provenance either way."""
+    data = prov.model_dump(exclude_none=True)
+    data.pop(injection.FLAG_KEY, None)
+    if not injection.tool_supplied(trigger, prov.source):
+        return name, intent, s, Provenance.model_validate(data)
+    d = s.model_dump(exclude_none=True)
+    tags: list[str] = data.get("tags", [])
+    texts: dict[str, str | None] = {"name": name, "intent": intent}
+    limits = {"name": MAX_NAME_CHARS, "intent": MAX_NAME_CHARS}
+    for i, node in enumerate(d["nodes"]):
+        texts[f"nodes.{i}"], limits[f"nodes.{i}"] = node.get("name"), MAX_NAME_CHARS
+    for i, edge in enumerate(d["edges"]):
+        texts[f"edges.{i}"], limits[f"edges.{i}"] = edge.get("condition"), MAX_NAME_CHARS
+    for i, tag in enumerate(tags):
+        texts[f"tags.{i}"], limits[f"tags.{i}"] = tag, MAX_TAG_CHARS
+    for k, v in data.items():
+        if k != "tags" and isinstance(v, str):
+            texts[f"provenance.{k}"] = v
+            limits[f"provenance.{k}"] = MAX_NAME_CHARS if k in Provenance.model_fields else 1000
+    out, families = injection.sanitise_texts(texts, limits)
+    for i, node in enumerate(d["nodes"]):
+        if node.get("name") is not None:
+            node["name"] = out[f"nodes.{i}"]
+    for i, edge in enumerate(d["edges"]):
+        if edge.get("condition") is not None:
+            edge["condition"] = out[f"edges.{i}"]
+    data["tags"] = [out[f"tags.{i}"] for i in range(len(tags))]
+    data |= {k.removeprefix("provenance."): v for k, v in out.items()
+             if k.startswith("provenance.")}
+    if families:
+        data[injection.FLAG_KEY] = ",".join(families)
+    return (out["name"] or name, out["intent"], Steps.model_validate(d),
+            Provenance.model_validate(data))
 
 
 def _capture_fields(question: str | None, name: str | None, intent: str | None, s: Steps,
@@ -232,6 +281,9 @@ def capture(rt: Runtime, who: Principal, item: ProcedureInput | dict[str, Any], 
     _guard(rt, who, "procedure", request_id,
            _capture_fields(p.question, name, intent, p.steps, p.provenance,
                            scope=p.scope, subject=subject))
+    name, s_int, p_steps, p_prov = _sanitised(trigger, name, intent, p.steps, p.provenance)
+    intent = s_int or intent
+    p = p.model_copy(update={"steps": p_steps, "provenance": p_prov})
     status = capture_guard.initial_status(rt)
     now = datetime.now(UTC)
     mid = uuid7()
@@ -242,6 +294,8 @@ def capture(rt: Runtime, who: Principal, item: ProcedureInput | dict[str, Any], 
         s_name, s_intent = w(name) or name, w(intent) or intent
         scope, s_subject = w(p.scope) or p.scope, w(subject)
         s_steps, prov = w.steps(p.steps), w.provenance(p.provenance)
+        if status == "pending_review":  # the capturer, for the separation of duties
+            prov = {**prov, **review_store.held_provenance(who.actor)}
         vec = rt.embedder.embed([w.query(p.question)])[0]
         content = _content(s_name, s_intent)
         store.insert(conn, tenant=who.tenant, memory_id=mid, scope=scope, subject=s_subject,
@@ -280,12 +334,15 @@ def new_version(rt: Runtime, who: Principal, parent_id: uuid.UUID | str,
     name = v.name or steps_mod.default_name(v.steps)
     _guard(rt, who, "procedure", request_id,
            _capture_fields(v.question, name, v.intent, v.steps, v.provenance))
+    name, v_intent, v_steps, v_prov = _sanitised(trigger, name, v.intent, v.steps,
+                                                 v.provenance)
+    v = v.model_copy(update={"intent": v_intent, "steps": v_steps, "provenance": v_prov})
     status = capture_guard.initial_status(rt)
     now = datetime.now(UTC)
     mid = uuid7()
     with rt.db.transaction(who.tenant) as conn:
         parent = store.lock(conn, who.tenant, pid)
-        if parent is None or not pii.within_limits(rt, conn, who, parent):
+        if parent is None or not visibility.view(rt, conn, who).within(parent):
             raise NotFound("id: no procedure with this id", field="id")
         if parent["status"] == "superseded":
             raise Conflict("id: this procedure is superseded; make a version of its newest "
@@ -298,6 +355,8 @@ def new_version(rt: Runtime, who: Principal, parent_id: uuid.UUID | str,
         s_name = w(name) or name
         s_intent = (w(intent) or intent) if intent is not None else parent["intent"]
         s_steps, prov = w.steps(v.steps), w.provenance(v.provenance)
+        if status == "pending_review":  # the capturer, for the separation of duties
+            prov = {**prov, **review_store.held_provenance(who.actor)}
         vec = rt.embedder.embed([w.query(v.question)])[0] if v.question else None
         content = _content(s_name, s_intent)
         superseded = None
@@ -445,7 +504,7 @@ def record_run(rt: Runtime, who: Principal, procedure_id: uuid.UUID | str,
                                         **_provenance_fields(run.provenance)})
     with rt.db.transaction(who.tenant) as conn:
         row = store.get(conn, who.tenant, pid)
-        if row is None or not pii.within_limits(rt, conn, who, row):
+        if row is None or not visibility.view(rt, conn, who).within(row):
             raise NotFound("id: no procedure with this id", field="id")
     judgement = _judge(rt, who, run, Steps(**row["steps"]), evaluator)
     ev_name, ev_verdict, score = run.evaluator, run.evaluator_verdict, run.score
@@ -506,7 +565,7 @@ def feedback(rt: Runtime, who: Principal, run_id: uuid.UUID | str,
     now = datetime.now(UTC)
     with rt.db.transaction(who.tenant) as conn:
         old = store.lock_run(conn, who.tenant, rid)
-        if old is None or not pii.within_limits(rt, conn, who, old):
+        if old is None or not visibility.view(rt, conn, who).within(old):
             raise NotFound("run_id: no run with this id", field="run_id")
         new = store.set_feedback(
             conn, who.tenant, rid, scores={"accuracy": fb.accuracy, "efficiency": fb.efficiency,

@@ -12,7 +12,9 @@ and takes the scope and subject *as stored* (pseudonymised: what
   those on other owners' procedures and takes them out of those procedures' counters
   exactly (runs, successes, judged runs, judged successes; first and last use recomputed
   from the runs that remain), and releases the graph support those runs gave, shredding
-  the vault values nothing uses any more when given the vault.
+  the vault values nothing uses any more when given the vault. The erase names the runs
+  it deleted to the erasure ledger; :func:`reapply_runs` deletes them again by id (and
+  adjusts the counters again) when a backup restore brought them back.
 
 Wiring into erase (one transaction): ``erase_subject_runs`` first, then the forget path
 over the subject's memories (which takes their own procedures and runs).
@@ -84,17 +86,44 @@ def erase_subject_runs(conn: Conn, tenant: str, scope: str, subject: str, *,
 def erase_contributor(conn: Conn, reach: Any) -> dict[str, int]:
     """The forget path's contributor (:data:`mnemovault.governance.forget.CONTRIBUTORS`):
     for an erase of a subject, delete the subject's runs on procedures that stay (other
-    owners'), adjust their counters, and hand the graph nodes and edges those runs alone
+    owners'), adjust their counters, hand the graph nodes and edges those runs alone
     supported to the forget path (``reach.nodes``/``reach.edges``), which removes the
-    orphans and shreds their vault values with everything else. The subject's own
-    procedures, and every run on them, go with their ``memories`` rows (ON DELETE CASCADE),
-    as they do for a forget by ids or an erase of a whole scope."""
+    orphans and shreds their vault values with everything else, and name the runs deleted
+    in ``reach.removed["procedure_runs"]`` (the erasure ledger records them, so a
+    reapplication after a backup restore deletes them again: :func:`reapply_runs`). The
+    subject's own procedures, and every run on them, go with their ``memories`` rows (ON
+    DELETE CASCADE), as they do for a forget by ids or an erase of a whole scope."""
     target = reach.target
     if target is None or target.subject is None:
         return {}
-    counts, ends, edges = _release_subject_runs(conn, target.scope, target.subject)
+    tenant = tenant_of(conn)
+    adjusted = store.delete_subject_runs(conn, tenant, scope=target.scope,
+                                         subject=target.subject)
+    return _hand_over(conn, reach, adjusted)
+
+
+def existing_runs(conn: Conn, run_ids: list[uuid.UUID]) -> list[uuid.UUID]:
+    """Those of ``run_ids`` that exist, sorted."""
+    return store.existing_runs(conn, tenant_of(conn), run_ids)
+
+
+def reapply_runs(conn: Conn, run_ids: list[uuid.UUID], reach: Any) -> dict[str, int]:
+    """The forget path's remover of kind ``procedure_runs``
+    (:data:`mnemovault.governance.forget.REMOVERS`), for a reapplication of the erasure
+    ledger: delete those of ``run_ids`` that exist again (a backup restore brought them
+    back), take them out of their procedures' counters again, and release the graph
+    support they gave, as :func:`erase_contributor` does."""
+    adjusted = store.delete_runs(conn, tenant_of(conn), run_ids)
+    return _hand_over(conn, reach, adjusted)
+
+
+def _hand_over(conn: Conn, reach: Any, adjusted: list[dict[str, Any]]) -> dict[str, int]:
+    counts, ends, edges = _release(conn, adjusted)
     reach.nodes.extend(sorted(ends))
     reach.edges.extend(sorted(edges))
+    gone = sorted({i for r in adjusted for i in r["run_ids"]})
+    if gone:
+        reach.removed.setdefault("procedure_runs", []).extend(gone)
     return {"procedure_runs": counts["runs_deleted"],
             "procedures_adjusted": counts["procedures_adjusted"]}
 
@@ -103,8 +132,16 @@ def _release_subject_runs(conn: Conn, scope: str, subject: str
                           ) -> tuple[dict[str, int], set[str], set[tuple[str, str]]]:
     """Delete the runs, adjust the counters, release the graph support only those runs
     gave their procedure: (counts, node ends to check, edges to check)."""
+    return _release(conn, store.delete_subject_runs(conn, tenant_of(conn), scope=scope,
+                                                    subject=subject))
+
+
+def _release(conn: Conn, adjusted: list[dict[str, Any]]
+             ) -> tuple[dict[str, int], set[str], set[tuple[str, str]]]:
+    """After runs were deleted (``adjusted``: one row per procedure), release the graph
+    support only those runs gave their procedure: (counts, node ends to check, edges to
+    check)."""
     tenant = tenant_of(conn)
-    adjusted = store.delete_subject_runs(conn, tenant, scope=scope, subject=subject)
     ids = [r["procedure_id"] for r in adjusted]
     released: set[str] = set()
     edges: set[tuple[str, str]] = set()

@@ -11,6 +11,9 @@ Hashing, canonical form, the Merkle arithmetic and checkpoint signing live in
 later write in that transaction (row, nodes, checkpoint, head update) happens under that
 lock. Every statement names its tenant (``tenant_id = ...``) as well as row-level security
 scoping it: defence in depth, and on Citus the statement goes to the tenant's shard only.
+The writes after :func:`lock_head` are plain single-row statements so that the appender can
+send them together (:func:`mnemovault.audit.log.append` uses pipeline mode): none of them
+needs another's result.
 """
 
 from __future__ import annotations

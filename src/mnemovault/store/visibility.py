@@ -50,6 +50,26 @@ def carried(conn: Conn, tenant: str, placeholders: Sequence[str], *, scope: str 
     return {r["node_id"] if isinstance(r, dict) else r[0] for r in rows}
 
 
+def entries(conn: Conn, tenant: str, *, after: str, limit: int, limited: bool,
+            scope: str | None, subject: str | None,
+            statuses: Sequence[str] | None) -> list[dict[str, Any]]:
+    """``placeholder``, ``kind``, ``created_at``, ``shredded_at`` of up to ``limit`` vault
+    entries after ``after``, by placeholder; with ``limited``, only those a memory of the
+    view carries (as :func:`carried`)."""
+    params: dict[str, Any] = {"t": tenant, "after": after, "limit": limit}
+    where = ""
+    if limited:
+        inner = clause(params, scope=scope, subject=subject, statuses=statuses, alias="m.")
+        where = (" AND EXISTS (SELECT 1 FROM graph_node_support s JOIN memories m "
+                 "ON m.tenant_id = s.tenant_id AND m.id = s.memory_id "
+                 "WHERE s.tenant_id = v.tenant_id AND s.node_id = v.placeholder "
+                 f"AND NOT s.quoted{inner})")
+    return conn.execute(
+        "SELECT v.placeholder, v.kind, v.created_at, v.shredded_at FROM pii_values v "
+        f"WHERE v.tenant_id = %(t)s AND v.placeholder > %(after)s{where} "
+        "ORDER BY v.placeholder LIMIT %(limit)s", params).fetchall()
+
+
 def used(conn: Conn, tenant: str, placeholders: Sequence[str], *, scope: str | None,
          subject: str | None) -> set[str]:
     """Those of ``placeholders`` that any memory within ``scope``/``subject`` uses (carries
@@ -87,3 +107,20 @@ def carried_by(conn: Conn, tenant: str, memory_id: Any) -> set[str]:
     rows = conn.execute("SELECT node_id FROM graph_node_support WHERE tenant_id = %s "
                         "AND memory_id = %s AND NOT quoted", (tenant, memory_id)).fetchall()
     return {r["node_id"] if isinstance(r, dict) else r[0] for r in rows}
+
+
+def first_carried(conn: Conn, tenant: str, placeholders: Sequence[str], *,
+                  scope: str | None, subject: str | None,
+                  statuses: Sequence[str] | None) -> dict[str, Any]:
+    """placeholder -> the creation time of the oldest memory of the view that carries it
+    (as :func:`carried`), for those of ``placeholders`` some memory carries."""
+    if not placeholders:
+        return {}
+    params: dict[str, Any] = {"t": tenant, "ph": list(placeholders)}
+    where = clause(params, scope=scope, subject=subject, statuses=statuses, alias="m.")
+    rows = conn.execute(
+        "SELECT s.node_id, min(m.created_at) AS first FROM graph_node_support s "
+        "JOIN memories m ON m.tenant_id = s.tenant_id AND m.id = s.memory_id "
+        "WHERE s.tenant_id = %(t)s AND m.tenant_id = %(t)s AND s.node_id = ANY(%(ph)s) "
+        f"AND NOT s.quoted{where} GROUP BY s.node_id", params).fetchall()
+    return {r["node_id"]: r["first"] for r in rows}

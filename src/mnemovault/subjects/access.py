@@ -162,10 +162,12 @@ def export(rt: Runtime, who: Principal, subject: str, *, scope: str, reveal: boo
                  for m in PLACEHOLDER_RE.finditer(r[f] or "")}
         found |= {m.group(0) for t in (target.scope, target.subject, *_strings([procs, runs]))
                   for m in PLACEHOLDER_RE.finditer(t or "")}
-        entries = subject_store.vault_entries(conn, who.tenant, sorted(found))
+        v = visibility.view(rt, conn, who, "subject", tr=tr)
+        entries = v.entry_rows(subject_store.vault_entries(conn, who.tenant,
+                                                           sorted(v.entries_shown(found))))
         # one REVEAL row for the whole document (memories, procedures, runs, entries)
-        outputs = visibility.view(rt, conn, who, "subject", tr=tr).outputs(
-            found, reveal=reveal, request_id=request_id, memory_ids=[str(i) for i in ids])
+        outputs = v.outputs(found, reveal=reveal, request_id=request_id,
+                            memory_ids=[str(i) for i in ids])
         memories = visibility.apply([Memory.from_row(r) for r in rows], outputs)
         values = outputs if reveal else {}
         erased = {e["placeholder"] for e in entries if e["shredded_at"] is not None}

@@ -12,10 +12,12 @@ with the audit log's Ed25519 key (:mod:`mnemovault.subjects.receipt`).
 
 Race: the erase takes the exclusive advisory lock of (tenant, scope, subject) (of the scope
 for a whole-scope erase) first; a write of that subject takes it shared
-(:func:`mnemovault.store.subjects.lock_for_write`). Whichever comes second fails at once
-with :class:`~mnemovault.errors.Conflict`; nothing it did is kept. Retrying the erase is
-idempotent: what is gone stays gone, and a retry that finds nothing still returns a
-receipt (zero counts) for its own audit row.
+(:func:`mnemovault.store.subjects.lock_for_write`). A write that comes second fails at once
+with :class:`~mnemovault.errors.Conflict`; an erase that comes second waits for the writes
+under way, up to ``MNEMOVAULT_ERASE_LOCK_TIMEOUT_SECONDS`` (default 5; new writes of the
+subject fail meanwhile), and fails with Conflict only after that; nothing it did is kept.
+Retrying the erase is idempotent: what is gone stays gone, and a retry that finds nothing
+still returns a receipt (zero counts) for its own audit row.
 
 A key limited to a subject (or scope) never reads or changes rows outside its limits. When
 the erase of its subject would also remove memories outside them (another subject's fact
@@ -37,6 +39,7 @@ from typing import Any
 import psycopg
 
 from mnemovault import validation as checked
+from mnemovault import visibility
 from mnemovault.audit import log as audit_log
 from mnemovault.audit.chain import format_ts, keyed_fingerprint
 from mnemovault.auth import Principal
@@ -106,8 +109,9 @@ def erase(rt: Runtime, who: Principal, *, scope: str, subject: str | None = None
         ValidationError: blank scope or subject (names the field).
         Forbidden: missing ``subject:erase``, or outside the key's limits, or (a limited
             key) the erase would remove memories outside the key's limits.
-        Conflict: a write for this subject (or scope) is under way, or a concurrent write
-            derived from what was being erased; nothing was erased and retrying is safe.
+        Conflict: writes for this subject (or scope) kept it busy for
+            ``erase_lock_timeout_seconds``, or a concurrent write derived from what was
+            being erased; nothing was erased and retrying is safe.
         ConfigError: no audit signing key is configured (nothing was erased).
     """
     who.require("subject:erase")
@@ -123,7 +127,8 @@ def erase(rt: Runtime, who: Principal, *, scope: str, subject: str | None = None
         with rt.db.transaction(who.tenant) as conn:
             tr = pii.Translator(rt, conn, who.tenant, names=True)
             target = target_of(scope, subject, tr, rt.pii.tenant_keys(conn, who.tenant))
-            subject_store.lock_for_erase(conn, who.tenant, target.scope, target.subject)
+            subject_store.lock_for_erase(conn, who.tenant, target.scope, target.subject,
+                                         timeout=rt.settings.erase_lock_timeout_seconds)
             if who.limited:
                 _check_reach(rt, conn, who, target)
             out = forget_mod.erase(conn, tenant=who.tenant, target=target, actor=who.actor,
@@ -161,7 +166,8 @@ def _check_reach(rt: Runtime, conn: psycopg.Connection[Any], who: Principal,
     """
     res = forget_mod.resolve_target(conn, target, lock=True)
     extra = [*res.versions, *res.derived]
-    if extra and not all(pii.within_limits(rt, conn, who, r)
+    view = visibility.view(rt, conn, who, "subject")
+    if extra and not all(view.within(r)
                          for r in subject_store.rows(conn, who.tenant, extra)):
         raise Forbidden("subject: this erase would also remove memories outside this key's "
                         "limits (derived from or versions of the subject's memories); it "

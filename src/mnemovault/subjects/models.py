@@ -37,13 +37,51 @@ class Rectified(BaseModel):
 
 class Reapplied(BaseModel):
     """One tenant's reapplication of the erasure ledger: ``entries`` read, memories
-    ``removed`` again, placeholders ``shredded`` again, and ``to_rectify`` (memories a
-    rectification had corrected whose old content the restore brought back: correct them
-    again); ``audit_seq`` of the ``REAPPLY`` row (None: nothing to do)."""
+    ``removed`` again, placeholders ``shredded`` again, ``runs_removed`` (procedure runs
+    of an erased subject on other owners' procedures, taken out of those procedures'
+    counters again), and ``to_rectify`` (memories a rectification had corrected whose old
+    content the restore brought back: correct them again); ``audit_seq`` of the
+    ``REAPPLY`` row (None: nothing to do)."""
 
     tenant: str
     entries: int
     removed: list[uuid.UUID] = Field(default_factory=list)
     shredded: list[str] = Field(default_factory=list)
+    runs_removed: list[uuid.UUID] = Field(default_factory=list)
     to_rectify: list[uuid.UUID] = Field(default_factory=list)
     audit_seq: int | None = None
+
+
+class TenantCheck(BaseModel):
+    """What a start found for one tenant's ledger file (:func:`mnemovault.subjects.ledger.
+    check_on_start`) when the database was not level with it: ``state`` is ``behind`` (the
+    file lists erasures the database lacks: a backup restore; they were re-erased, see
+    ``reapplied``), ``file_behind`` (the database had rows the file lacked: written again),
+    or ``no_tenant`` (the tenant is not in the database: nothing to re-erase). ``lost``:
+    entries of the file the database lacks; ``unverified``: those of them not signed by
+    this deployment's key (not re-erased: check them, then ``reapply-erasures``);
+    ``problems``: what the file check found (line numbers and rules, no content)."""
+
+    tenant: str
+    state: str
+    lost: int = 0
+    unverified: int = 0
+    written: int = 0
+    reapplied: Reapplied | None = None
+    problems: list[str] = Field(default_factory=list)
+
+
+class StartCheck(BaseModel):
+    """The comparison of the erasure ledger with the database at a start: the ledger
+    ``dir``, the database's ledger ``database_id`` (None with ``MNEMOVAULT_LEDGER_DIR``),
+    how many tenant files were ``checked``, the ``tenants`` that were not level (none in
+    the usual case), legacy files ``migrated`` from ``<data dir>/ledger``, and ``ms``
+    taken."""
+
+    enabled: bool = True
+    dir: str | None = None
+    database_id: str | None = None
+    checked: int = 0
+    tenants: list[TenantCheck] = Field(default_factory=list)
+    migrated: list[str] = Field(default_factory=list)
+    ms: float = 0.0

@@ -12,7 +12,7 @@ A receipt is one JSON object::
      "erased_at": "2026-12-01T10:00:00.000000Z", "audit_seq": 42,
      "key_id": "<hex C2SP key id of the signing key>",
      "digests": {"<field>": "<hex SHA-256 of the field's canonical JSON>", ...},
-     "signature": "<base64 Ed25519 signature>"}
+     "signature": "<base64 Ed25519 signature>"}  (canonical base64: :func:`strict_b64decode`)
 
 The signature (Ed25519, RFC 8032, under the audit log's checkpoint signing key) covers the
 canonical JSON (:func:`mnemovault.audit.canonical.canonical_json`) of
@@ -75,6 +75,22 @@ def sign(body: dict[str, Any], key: Ed25519PrivateKey, key_name: str) -> dict[st
     digests = {f: digest(fields[f]) for f in FIELDS}
     signature = base64.b64encode(key.sign(_signed_bytes(digests))).decode("ascii")
     return {**{f: fields[f] for f in FIELDS}, "digests": digests, "signature": signature}
+
+
+def strict_b64decode(text: str) -> bytes:
+    """The bytes of ``text`` in canonical base64 only (RFC 4648 section 4, with padding):
+    the alphabet and padding are validated, and the bytes must encode back to ``text``
+    exactly, so the unused low bits of the last character are zero (RFC 4648 section 3.5:
+    a decoder MAY reject otherwise; a verifier must, or one signature has several texts).
+
+    Raises:
+        binascii.Error: not base64 in the standard alphabet with padding.
+        ValueError: base64 that is not canonical (non-zero padding bits).
+    """
+    raw = base64.b64decode(text, validate=True)
+    if base64.b64encode(raw).decode("ascii") != text:
+        raise ValueError("not canonical base64 (non-zero padding bits)")
+    return raw
 
 
 def _bad(field: str, rule: str) -> ValidationError:
@@ -141,7 +157,7 @@ def verify(receipt: Any, public_key: Ed25519PublicKey, key_name: str) -> dict[st
     except CanonicalFormError as exc:
         raise _bad("receipt", f"not canonical JSON ({exc})") from None
     try:
-        sig = base64.b64decode(receipt["signature"], validate=True)
+        sig = strict_b64decode(receipt["signature"])
         public_key.verify(sig, _signed_bytes(receipt["digests"]))
         signature_ok = True
     except (InvalidSignature, binascii.Error, ValueError):

@@ -17,20 +17,32 @@ The new content is a capture like any other (SPEC section 8: every capture): it 
 the capture guard first (:func:`mnemovault.guard.capture.check_capture`, path
 ``rectify``), before anything is read or written, so a refusal (:class:`~mnemovault.
 errors.Refused`) or a failing detector (:class:`~mnemovault.errors.Unavailable`, fail
-closed) leaves the memory as it was.
+closed) leaves the memory as it was. When the memory carries the injection sanitiser's
+label (it was imported or tool-supplied text with a potential prompt injection), or the
+rectification comes from a tool (``trigger`` import, tool or mcp), the new content is
+sanitised too (:func:`mnemovault.guard.sanitise.sanitise_rectified`) and the memory keeps
+its label, joined by any family found now.
 
 Review gate (SPEC 8: "new memories and new versions are held as ``pending_review``"; SPEC
 10: a rectification makes a new version). The old text must still be deleted, not kept
 for a reviewer to fall back to, so the rule is: with ``REQUIRE_REVIEW=true`` a live
 (``active``) memory that is rectified becomes ``pending_review`` with its new content, and
 is not recalled until a person with ``review:approve`` approves it (held as on the write
-path, :func:`mnemovault.store.review.hold`: it is in the review queue like any pending
-item). A memory that was pending stays pending; a superseded
-version stays superseded (approving it would make two live versions of one key). A
-rejected rectification is handled like any rejected item (:mod:`mnemovault.governance.
-review`): a first version is forgotten, a later one marked superseded with its parent
-made live again; the pre-rectification text is never restored, it is gone. The
-``RECTIFY`` audit row records the status (``status``).
+path, :func:`mnemovault.store.review.hold`, with the rectifier as ``captured_by``: it is
+in the review queue like any pending item, and the rectifier may not approve it itself
+unless ``REVIEW_SELF_APPROVAL=true``). A memory that was pending stays pending (the
+rectifier is its capturer from now on); a superseded version stays superseded (approving
+it would make two live versions of one key). Unlike a new version on the write path, a
+rectification cannot leave the approved text current until it is approved: that text is
+the inaccurate one and is gone. A live keyed memory whose key already has a pending
+version is not rectified under the gate (:class:`~mnemovault.errors.Conflict`: a key waits
+on one pending version, and displacing someone's pending version is the reviewer's call):
+decide the pending one first, then rectify (or rectify the pending one, which stays
+pending). A rejected rectification is handled like any rejected item
+(:mod:`mnemovault.governance.review`): a first version is forgotten, a later one marked
+superseded with its parent (the version before it) made live again; the
+pre-rectification text is never restored, it is gone. The ``RECTIFY``
+audit row records the status (``status``).
 """
 
 from __future__ import annotations
@@ -45,6 +57,7 @@ from mnemovault.auth import Principal
 from mnemovault.errors import Conflict, NotFound, ValidationError
 from mnemovault.governance import graph
 from mnemovault.guard import capture as capture_guard
+from mnemovault.guard import sanitise as injection
 from mnemovault.models import MAX_CONTENT_CHARS
 from mnemovault.pii import service as pii
 from mnemovault.pii.vault import PLACEHOLDER_RE
@@ -77,11 +90,12 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
     Raises:
         ValidationError: a malformed id, blank or over-long content.
         Refused: the capture guard found a secret in ``content`` (nothing changed).
-        Unavailable: a capture detector failed or timed out (fail closed).
+        Unavailable: a capture or sanitiser detector failed or timed out (fail closed).
         Forbidden: missing ``subject:erase``.
         NotFound: no such memory in this tenant (or outside the key's limits).
         Conflict: an erase of its subject is under way, or a value in the new content was
-            erased concurrently; nothing was changed and retrying is safe.
+            erased concurrently (nothing was changed and retrying is safe); under the
+            review gate, its key has another version pending review.
     """
     who.require("subject:erase")
     mid = parse_id(memory_id, "id")
@@ -104,6 +118,14 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
         locked = subject_store.lock_memory(conn, who.tenant, mid)
         if locked is None:
             raise NotFound("id: no memory with this id", field="id")
+        if (held and locked["status"] == "active" and locked["key"] is not None
+                and review_store.key_versions(conn, who.tenant, locked["scope"],
+                                              locked["key"])[1] is not None):
+            raise Conflict("id: its key has a version pending review; approve or reject "
+                           "that one first (a key waits on one pending version), or "
+                           "rectify the pending one", field="id")
+        # imported or tool text stays labelled and sanitised (mnemovault.guard.sanitise)
+        content, flags = injection.sanitise_rectified(content, locked["provenance"], trigger)
         created: list[str] = []
         used: list[str] = []
         text = content
@@ -117,10 +139,10 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
         kept = visibility_store.carried_by(conn, who.tenant, mid)
         graph.delete_support(conn, [mid])
         new = subject_store.replace_content(conn, who.tenant, mid, text, vector,
-                                            datetime.now(UTC))
+                                            datetime.now(UTC), flags=flags)
         status = str(new["status"])
-        if held and status == "active":  # the review gate holds the new content
-            review_store.hold(conn, who.tenant, [mid])
+        if held and status in ("active", "pending_review"):  # the gate holds the new text
+            review_store.hold(conn, who.tenant, [mid], captured_by=who.actor)
             status = "pending_review"
         graph.index(conn, who.tenant, [graph.mentions(mid, _texts(new), carried={
             *used, *(p for t in _texts(new)[1:] for p in _placeholders(t) if p in kept)})])

@@ -29,7 +29,10 @@ hard delete (purge) of tenants whose grace period has ended (SPEC section 10).
   tenant erased) and local export archives (S3 archives are the deployer's to expire,
   e.g. with a bucket lifecycle rule), and records the purge in the ledger directory's
   system file (:data:`mnemovault.subjects.ledger.PURGES_FILE`: tenant id, time, system
-  audit seq; outside the database, so a restore does not roll it back).
+  audit seq; outside the database, so a restore does not roll it back). A process killed
+  between a tenant's commit and these steps leaves them to the next run: every run starts
+  with :func:`finish_purges`, which does them for each ``TENANT_PURGE`` row of the system
+  chain that the purge file does not record yet, and syncs the system chain's mirror.
 * Restore: a backup taken before a purge brings the whole tenant back (and with it keys
   that work again). Every purge run therefore starts with :func:`reapply_purges`: each
   recorded tenant that exists again and was *created before* its recorded purge (a
@@ -53,6 +56,7 @@ import orjson
 
 from mnemovault.audit import jsonl
 from mnemovault.audit import log as audit
+from mnemovault.audit.chain import parse_ts
 from mnemovault.auth import Principal
 from mnemovault.errors import InternalError, MnemoError, NotFound, Refused
 from mnemovault.runtime import Runtime
@@ -164,6 +168,7 @@ def purge_expired(rt: Runtime, *, now: datetime | None = None) -> dict[str, Any]
     with store.purge_connection(rt.db.url) as conn:
         if conn is None:
             return {"ran": False, "now": now, "purged": [], "errors": []}
+        finish_purges(rt)  # what a run that died after its commits left undone
         reapply_purges(rt, now=now)
         for tenant in store.expired(conn, now):
             try:
@@ -179,16 +184,56 @@ def purge_expired(rt: Runtime, *, now: datetime | None = None) -> dict[str, Any]
                 continue
             if done is not None:
                 purged.append(done)
+    if purged:
+        _sync_system_mirror(rt)  # first: the rows that make finish_purges redo the rest
     for p in purged:
         _remove_local_copies(rt, p["tenant"])
         ledger_mod.record_purge(rt, p["tenant"], at=now, audit_seq=p["audit_seq"])
-    if purged:
-        for hook in rt.db.after_commit:  # the system chain's JSON Lines mirror
-            try:
-                hook(SYSTEM_TENANT)
-            except Exception:
-                log.exception("after-commit hook failed for the system tenant")
     return {"ran": True, "now": now, "purged": purged, "errors": errors}
+
+
+def _sync_system_mirror(rt: Runtime) -> None:
+    for hook in rt.db.after_commit:  # the system chain's JSON Lines mirror
+        try:
+            hook(SYSTEM_TENANT)
+        except Exception:
+            log.exception("after-commit hook failed for the system tenant")
+
+
+def finish_purges(rt: Runtime) -> list[str]:
+    """Do the after-commit steps of every purge whose process died after its commit
+    (issue 29 item 6): a ``TENANT_PURGE`` row of the system chain that the ledger's purge
+    file (:data:`mnemovault.subjects.ledger.PURGES_FILE`) does not record (by tenant and
+    audit seq) gets, if its tenant does not exist (again), its local audit mirror, ledger
+    file and export archives removed, and is then recorded; the system chain's JSON Lines
+    mirror is synced. Idempotent (every step is: removing what is gone, recording once).
+    A tenant that exists again keeps its files (a restore, or a new tenant with the old
+    id: :func:`reapply_purges` decides), but the purge is still recorded. With
+    ``MNEMOVAULT_LEDGER_FILE`` off nothing records a purge, so every run checks each purge
+    row's leftovers again (removing what is there). Operator path;
+    :func:`purge_expired` runs it first, under its lock. Returns the tenants finished."""
+    recorded = {(e["tenant"], e["audit_seq"]) for e in ledger_mod.purges(rt)}
+    missing = [r for r in purge_log(rt, limit=1_000_000)
+               if (str(r["details"]["tenant_id"]), int(r["seq"])) not in recorded]
+    if not missing:
+        return []
+    _sync_system_mirror(rt)
+    done = []
+    for r in missing:
+        tenant = str(r["details"]["tenant_id"])
+        with rt.db.transaction(tenant) as conn:
+            exists = store.lifecycle(conn, tenant) is not None
+        if not exists:
+            _remove_local_copies(rt, tenant)
+        if not rt.settings.ledger_file:  # nothing records it: checked again next run
+            continue
+        ledger_mod.record_purge(rt, tenant, at=parse_ts(str(r["ts"])),
+                                audit_seq=int(r["seq"]))
+        log.warning("tenant %s: finished its purge of system audit seq %s (the run that "
+                    "committed it stopped before its local files were removed)", tenant,
+                    r["seq"])
+        done.append(tenant)
+    return done
 
 
 def _purge_one(conn: Any, tenant: str, now: datetime) -> dict[str, Any] | None:

@@ -1,7 +1,7 @@
 """How each API key was made (issue 22): ``api_keys.origin``.
 
-Revision ID: 0012_edge
-Revises: 0011_visibility
+Revision ID: 0013_edge
+Revises: 0012_ledger
 Create Date: 2026-12-02
 
 ``issued`` for a key made by an operator (``mnemovault keys create``) or by a holder of
@@ -13,8 +13,8 @@ their own rate budget and a quota on stored memories.
 
 from alembic import op
 
-revision = "0012_edge"
-down_revision = "0011_visibility"
+revision = "0013_edge"
+down_revision = "0012_ledger"
 branch_labels = None
 depends_on = None
 
