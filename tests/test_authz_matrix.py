@@ -85,6 +85,7 @@ class Access:
 
 
 PUBLIC = None
+OFF = ("off",)  # a public operation that is off by default: 403 for everyone
 
 
 def _id(w: World) -> Request:
@@ -171,6 +172,20 @@ TABLE: dict[tuple[str, str], list[Access]] = {
             json={"query": "garden", "scope": "m", "reveal": True}), "reveal"),
     ],
     ("GET", "/v1/wake"): [Access(("memory:read",), lambda w: Request(params={"scope": "m"}))],
+    # the body forms of the GETs that can carry a subject (issue 22: no subject in a URL)
+    ("POST", "/v1/wake"): [Access(("memory:read",), lambda w: Request(json={"scope": "m"}))],
+    ("POST", "/v1/timeline"): [Access(("memory:read",), lambda w: Request(
+        json={"scope": "m", "limit": 1}))],
+    ("POST", "/v1/memories/list"): [Access(("memory:read",), lambda w: Request(
+        json={"scope": "m", "subject": "ada@example.org", "limit": 1}))],
+    ("POST", "/v1/subjects/memories"): [Access(("memory:read",), lambda w: Request(
+        json={"subject": "ada@example.org", "scope": "m", "limit": 1}))],
+    ("POST", "/v1/subjects/export"): [Access(("subject:erase",), lambda w: Request(
+        json={"subject": "ada@example.org", "scope": "m"}))],
+    ("POST", "/v1/subjects/erase"): [Access(("subject:erase",), lambda w: Request(
+        json={"subject": f"ada{next(w._n)}@example.org", "scope": "m"}))],
+    # needs no key, and is off by default (tests/test_edge.py covers it when on)
+    ("POST", "/v1/agents/register"): [Access(OFF, lambda w: Request(json={"name": "bot"}))],
     ("GET", "/v1/timeline"): [Access(("memory:read",), lambda w: Request(
         params={"scope": "m", "limit": 1}))],
     ("GET", "/v1/vault"): [Access(("memory:read",), lambda w: Request(params={"limit": 1}))],
@@ -353,6 +368,9 @@ def test_cell(world: World, op: tuple[str, str], variant: int, role: str | None)
                              headers={**req.headers, **world.headers(role)})
     if access.needs is PUBLIC:
         assert r.status_code == 200, r.text[:300]
+        return
+    if access.needs is OFF:
+        _envelope(r, 403, "forbidden")
         return
     if role is None:
         _envelope(r, 401, "unauthenticated")

@@ -407,9 +407,12 @@ def test_http_audit_rows_carry_the_request_id(http_url: str, vault: MemoryVault,
     assert rid in {row.get("request_id") for row in rows}
 
 
-def test_the_endpoint_answers_503_until_the_app_has_started(vault: MemoryVault) -> None:
+def test_the_endpoint_answers_503_until_the_app_has_started(vault: MemoryVault,
+                                                            tenant: str) -> None:
     from fastapi.testclient import TestClient
 
     client = TestClient(create_app(vault))  # no `with`: the lifespan never ran
-    r = client.post("/mcp", json=INIT, headers=ACCEPT)
+    # with a key: the edge answers a request without one 401 before the endpoint is reached
+    r = client.post("/mcp", json=INIT, headers={**ACCEPT, "Authorization":
+                                                f"Bearer {_key(vault, tenant)}"})
     assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable"

@@ -188,6 +188,44 @@ class Settings(BaseSettings):
     capture_detector_timeout_ms: float = Field(default=500.0, gt=0)
     capture_hook: str | None = None
 
+    # the edge (issue 22; mnemovault.api.edge): request body limits in bytes, per route
+    # class, enforced while the body is read (Content-Length up front, then the chunks)
+    # and before authentication: over it, 413 and the connection closed. Defaults a little
+    # over the largest valid request of each class (the derivation is in api/edge.py):
+    # everything else (keys, recall, erase, forget, wake...); one memory, rectified
+    # content or a procedure run (100,000 characters, 6 bytes each as JSON escapes); chat,
+    # its stream, the OpenAI endpoint and procedures; the batch (1,000 items of 100,000
+    # characters)
+    max_body_bytes: int = Field(default=256 * 1024, ge=1024)
+    max_body_content_bytes: int = Field(default=1024 * 1024, ge=1024)
+    max_body_large_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    max_body_batch_bytes: int = Field(default=1000 * (100_000 + 8192), ge=1024)
+
+    # rate limits (issue 22; mnemovault.api.edge), in the `limits` package's notation
+    # ("600/minute", "10/second;1000/hour"): per API key, one budget per class of request;
+    # per client address for requests that fail authentication (checked before the key is
+    # looked up) and for the routes that need no key. Over a budget: 429 with Retry-After.
+    # Counters live in the process's memory: each server process counts on its own.
+    rate_limits: bool = True
+    rate_limit_write: str = "6000/minute"
+    rate_limit_recall: str = "6000/minute"
+    rate_limit_chat: str = "1200/minute"
+    rate_limit_admin: str = "1200/minute"
+    rate_limit_unauthenticated: str = "600/minute"
+    rate_limit_public: str = "1200/minute"
+
+    # self-registered agents (issue 22; mnemovault.agents): off by default. When on,
+    # POST /v1/agents/register gives anyone who can reach the server a `service` key (read
+    # and write, never pii:reveal) in the tenant named here, limited to a scope of its own
+    # (`agent-<random>`), with its own rate budget on every request, a quota of stored
+    # memories in its scope, and registration limited per client address.
+    allow_self_registration: bool = Field(default=False,
+                                          validation_alias="ALLOW_SELF_REGISTRATION")
+    self_registration_tenant: str = Field(default="agents",
+                                          pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+    self_registration_quota: int = Field(default=1000, ge=0)
+    rate_limit_register: str = "10/hour"
+    rate_limit_agent: str = "120/minute"
     # separation of duties under the review gate (mnemovault.governance.review): false, an
     # item is approved only by another actor than the one that captured it (another key
     # id; the local operator is the one actor "local"); true allows self-approval

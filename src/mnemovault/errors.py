@@ -16,6 +16,10 @@ field and the rule; they never carry row values or request text (SPEC section 12
     │                          changed and retrying is safe. CLI exit 5
     ├── Refused          409   a deliberate policy refusal (semantic forget off; the capture
     │                          guard's finding); ``details`` may list what to confirm. CLI exit 5
+    ├── TooLarge         413   the request body is over the route's limit (HTTP only; the
+    │                          connection is closed)
+    ├── RateLimited      429   over a rate budget; ``details["retry_after"]`` seconds (and
+    │                          the ``Retry-After`` header; HTTP only)
     ├── Unavailable      503   the database (or a capture detector) could not do its part;
     │                          nothing was changed and retrying may work. CLI exit 6
     ├── ConfigError      500   the deployment is misconfigured: another embedder for this
@@ -93,6 +97,22 @@ class Refused(MnemoError):
 
     code = "refused"
     status = 409
+
+
+class TooLarge(MnemoError):
+    """The request body is over the route's limit (:mod:`mnemovault.api.edge`);
+    ``details['limit_bytes']`` is the limit."""
+
+    code = "too_large"
+    status = 413
+
+
+class RateLimited(MnemoError):
+    """Over a rate budget (:mod:`mnemovault.api.edge`): ``details['budget']`` names it,
+    ``details['retry_after']`` is the whole seconds to wait."""
+
+    code = "rate_limited"
+    status = 429
 
 
 class Unavailable(MnemoError):

@@ -37,7 +37,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
-from mnemovault import keys
+from mnemovault import agents, keys
 from mnemovault.audit.service import AuditService
 from mnemovault.auth import Principal, Role
 from mnemovault.chat import service as chat
@@ -188,8 +188,11 @@ class MemoryVault:
 
     def list_keys(self, *, limit: int = 50, cursor: uuid.UUID | str | None = None,
                   principal: Principal | None = None) -> dict[str, Any]:
-        """API keys, metadata only, keyset paged; see :func:`mnemovault.keys.list_keys`."""
-        return keys.list_keys(self.rt, self._who(principal), limit=limit, cursor=cursor)
+        """API keys, metadata only, keyset paged; see :func:`mnemovault.keys.list_keys`;
+        each with its ``origin`` (:func:`mnemovault.agents.origins`)."""
+        who = self._who(principal)
+        page = keys.list_keys(self.rt, who, limit=limit, cursor=cursor)
+        return {**page, "items": agents.origins(self.rt, who.tenant, page["items"])}
 
     def get_key(self, key_id: uuid.UUID | str, *,
                 principal: Principal | None = None) -> dict[str, Any]:
@@ -200,6 +203,11 @@ class MemoryVault:
                    request_id: str | None = None) -> dict[str, Any]:
         """Revoke an API key (idempotent, audited); see :func:`mnemovault.keys.revoke_key`."""
         return keys.revoke_key(self.rt, self._who(principal), key_id, request_id=request_id)
+
+    def register_agent(self, name: str, *, request_id: str | None = None) -> dict[str, Any]:
+        """A key for a self-registering agent (off unless ``ALLOW_SELF_REGISTRATION``);
+        see :func:`mnemovault.agents.register`."""
+        return agents.register(self.rt, name, request_id=request_id)
 
     # -- write path (mnemovault.memories.write) -------------------------------------------
     def remember(self, content: str, *, scope: str, subject: str | None = None,

@@ -22,13 +22,15 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from mnemovault import __version__
+from mnemovault import __version__, telemetry
 from mnemovault.api.admin import NDJSON_RESPONSE
+from mnemovault.api.edge import UNMATCHED, Edge
 from mnemovault.auth import Principal
 from mnemovault.errors import (
     InternalError,
     MnemoError,
     NotFound,
+    TooLarge,
     Unauthenticated,
     Unavailable,
     ValidationError,
@@ -53,6 +55,19 @@ class RecallRequest(BaseModel):
     k: StrictInt = Field(default=10, ge=1, le=100)
     filters: RecallFilters = Field(default_factory=RecallFilters)
     reveal: StrictBool = False
+
+
+class ListRequest(BaseModel):
+    """``GET /v1/memories``'s parameters as a body."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scope: str | None = Field(default=None, min_length=1, max_length=200)
+    subject: str | None = Field(default=None, min_length=1, max_length=200)
+    limit: StrictInt = Field(default=50, ge=1, le=100)
+    cursor: uuid.UUID | None = None
+    include_superseded: StrictBool = False
+    flagged: StrictBool = False
 
 
 class VaultEntry(BaseModel):
@@ -301,7 +316,11 @@ def _body_rule(e: dict[str, Any]) -> tuple[str, str]:
 
 
 def create_app(vault: MemoryVault) -> FastAPI:
-    """Build the app around an open vault (the caller owns its lifecycle)."""
+    """Build the app around an open vault (the caller owns its lifecycle). Telemetry
+    (:mod:`mnemovault.telemetry`) is set up from the ``OTEL_*`` variables: off unless
+    they name an exporter."""
+    telemetry.configure()
+    telemetry.instrument()
     if vault is not None:  # (None: the OpenAPI document only)
         try:  # a database behind its erasure ledger is re-erased before serving
             vault.subjects.ensure_checked()
@@ -311,19 +330,19 @@ def create_app(vault: MemoryVault) -> FastAPI:
     app = FastAPI(title="mnemovault", version=__version__,
                   description="Governed long-term memory for AI agents.",
                   dependencies=[Depends(reject_unknown_query)], responses=ERROR_RESPONSES,
-                  docs_url=None, redoc_url=None)  # /docs below: FastAPI's pages use a CDN
+                  docs_url=None, redoc_url=None,  # /docs below: FastAPI's pages use a CDN
+                  **_no_native_telemetry())
 
     @app.middleware("http")
     async def request_id_mw(request: Request, call_next: Callable[[Request], Any]) -> Any:
-        rid = request.headers.get("x-request-id") or str(uuid.uuid4())
-        if len(rid) > 128:
-            rid = str(uuid.uuid4())
+        # the edge (mnemovault.api.edge) set a safe request id; a client's unsafe one is gone
+        rid = getattr(request.state, "request_id", None) or str(uuid.uuid4())
         request.state.request_id = rid
         try:
             response = await call_next(request)
         except Exception as exc:  # a defect: the envelope, never a bare 500 or a trace
             log.error("unexpected %s on %s %s (request %s)", type(exc).__name__,
-                      request.method, request.url.path, rid)
+                      request.method, _route(request), rid)
             response = _error(InternalError("internal: an unexpected error; nothing was "
                                             "changed"), rid)
         response.headers["x-request-id"] = rid
@@ -337,7 +356,7 @@ def create_app(vault: MemoryVault) -> FastAPI:
     async def database_error(request: Request, exc: psycopg.Error) -> JSONResponse:
         # Never echo the driver's message: it can quote row values (SPEC section 12).
         log.error("database error %s on %s (request %s)", type(exc).__name__,
-                  request.url.path, getattr(request.state, "request_id", None))
+                  _route(request), getattr(request.state, "request_id", None))
         return _error(Unavailable("database: the operation failed; nothing was changed"),
                       getattr(request.state, "request_id", None))
 
@@ -362,6 +381,11 @@ def create_app(vault: MemoryVault) -> FastAPI:
             err = MnemoError("method: not allowed on this endpoint", field="method")
             err.code = "method_not_allowed"
             return _error(err, rid, status=405, headers=dict(exc.headers or {}))
+        if exc.status_code == 413:
+            limit = vault.settings.max_body_bytes
+            return _error(TooLarge(f"body: larger than this endpoint's limit of {limit} bytes",
+                                   field="body", limit_bytes=limit), rid,
+                          headers={"Connection": "close"})
         if exc.status_code == 400:
             return _error(ValidationError("body: could not be parsed (it must be UTF-8 "
                                           "JSON, nested at most a few hundred levels)",
@@ -372,6 +396,10 @@ def create_app(vault: MemoryVault) -> FastAPI:
 
     def principal(request: Request,
                   authorization: Annotated[str | None, Header()] = None) -> Principal:
+        # authenticated by the edge before the body was read (mnemovault.api.edge)
+        who = getattr(request.state, "principal", None)
+        if isinstance(who, Principal):
+            return who
         if not authorization or not authorization.lower().startswith("bearer "):
             raise Unauthenticated("authorization: missing 'Authorization: Bearer <key>' header")
         return vault.authenticate(authorization.split(" ", 1)[1].strip())
@@ -417,6 +445,14 @@ def create_app(vault: MemoryVault) -> FastAPI:
         return vault.list(scope=scope, subject=subject, limit=limit, cursor=cursor,
                           include_superseded=include_superseded, flagged=flagged,
                           principal=who)
+
+    @app.post("/v1/memories/list", response_model=Page, tags=["memories"])
+    def list_memories_body(body: ListRequest, who: Auth) -> Page:
+        """``GET /v1/memories`` with its parameters in the body (a subject need not be in
+        the URL)."""
+        return vault.list(scope=body.scope, subject=body.subject, limit=body.limit,
+                          cursor=body.cursor, include_superseded=body.include_superseded,
+                          flagged=body.flagged, principal=who)
 
     @app.get("/v1/memories/{memory_id}", response_model=Memory, tags=["memories"])
     def get_memory(memory_id: uuid.UUID, who: Auth, request: Request,
@@ -471,6 +507,7 @@ def create_app(vault: MemoryVault) -> FastAPI:
         return {"shredded": done}
 
     from mnemovault.api.admin import audit_router
+    from mnemovault.api.agents import agents_router
     from mnemovault.api.chat import build_router as chat_router
     from mnemovault.api.keys import keys_router
     from mnemovault.api.openai_compat import openai_router
@@ -483,6 +520,7 @@ def create_app(vault: MemoryVault) -> FastAPI:
 
     app.include_router(audit_router(vault, principal))
     app.include_router(keys_router(vault, principal))
+    app.include_router(agents_router(vault))
     app.include_router(wake_router(vault, principal))
     app.include_router(chat_router(vault, principal))
     app.include_router(openai_router(vault, principal))
@@ -491,4 +529,24 @@ def create_app(vault: MemoryVault) -> FastAPI:
     app.include_router(subjects_router(vault, principal))
     app.include_router(tenants_router(vault, principal))
     app.include_router(mcp_router(vault))  # /mcp: MCP over streamable HTTP
+    # outermost: request id, route template, body limit and authentication before FastAPI
+    # reads a byte of the body (mnemovault.api.edge)
+    app.add_middleware(Edge, vault=vault, routes=app.router.routes)
     return app
+
+
+def _no_native_telemetry() -> dict[str, Any]:
+    """FastAPI >= 0.160 records its own spans, metrics and logs once a global OpenTelemetry
+    provider is set, with raw paths, query strings and exception messages (where subjects
+    and request text can be): off; mnemovault.telemetry records what may be recorded."""
+    import inspect
+
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters:
+        return {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    return {}
+
+
+def _route(request: Request) -> str:
+    """The request's route template (set by the edge), for logs: never the raw path, which
+    can hold a subject."""
+    return str(getattr(request.state, "route", None) or UNMATCHED)

@@ -8,7 +8,7 @@ without ``pii:reveal``."""
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -57,6 +57,9 @@ class KeyInfo(BaseModel):
     created_at: datetime
     last_used_at: datetime | None = None
     revoked_at: datetime | None = None
+    origin: Literal["issued", "self_registered"] = Field(
+        default="issued", description="how the key was made: issued (keys create, POST "
+                                      "/v1/keys) or self_registered (POST /v1/agents/register)")
 
 
 class KeyPage(BaseModel):

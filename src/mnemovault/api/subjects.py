@@ -14,6 +14,12 @@
 
 A subject (or scope) is given as written (an email address is fine: it is looked up by its
 placeholder); one that contains ``/`` cannot be a path segment, use the library or CLI.
+
+A subject never needs to be in a URL (where proxies and access logs keep it): the same
+operations take it in the body, ``POST /v1/subjects/erase`` ``{subject, scope}``,
+``POST /v1/subjects/memories`` ``{subject, scope, limit?, cursor?}`` and
+``POST /v1/subjects/export`` ``{subject, scope, reveal?}``; and a path segment may be the
+subject's placeholder (``{email:p_0123456789}``, percent-encoded) instead of its value.
 """
 
 import uuid
@@ -21,7 +27,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from mnemovault.auth import Principal
 from mnemovault.errors import ValidationError
@@ -57,6 +63,24 @@ class ContentBody(BaseModel):
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
 
 
+class SubjectTarget(BaseModel):
+    """A subject and the scope to act in, in the body rather than the URL."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    subject: str = Field(min_length=1, max_length=200)
+    scope: str = Field(min_length=1, max_length=200)
+
+
+class SubjectPageBody(SubjectTarget):
+    limit: StrictInt = Field(default=50, ge=1, le=100)
+    cursor: uuid.UUID | None = None
+
+
+class SubjectExportBody(SubjectTarget):
+    reveal: StrictBool = False
+
+
 def subjects_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:
     router = APIRouter(tags=["subjects"])
     Auth = Annotated[Principal, Depends(principal)]
@@ -72,6 +96,25 @@ def subjects_router(vault: MemoryVault, principal: Callable[..., Principal]) -> 
         under way (retry). Repeating it is safe: it removes nothing more."""
         return vault.subjects.erase(subject, scope=body.scope, principal=who,
                                     request_id=rid(request))
+
+    @router.post("/v1/subjects/erase", response_model=Erasure)
+    def erase_subject_body(body: SubjectTarget, who: Auth, request: Request) -> Erasure:
+        """``POST /v1/subjects/{subject}/erase`` with the subject in the body."""
+        return vault.subjects.erase(body.subject, scope=body.scope, principal=who,
+                                    request_id=rid(request))
+
+    @router.post("/v1/subjects/memories", response_model=Page)
+    def subject_memories_body(body: SubjectPageBody, who: Auth) -> Page:
+        """``GET /v1/subjects/{subject}/memories`` with the subject in the body."""
+        return vault.subjects.list(body.subject, scope=body.scope, limit=body.limit,
+                                   cursor=body.cursor, principal=who)
+
+    @router.post("/v1/subjects/export")
+    def subject_export_body(body: SubjectExportBody, who: Auth,
+                            request: Request) -> dict[str, Any]:
+        """``GET /v1/subjects/{subject}/export`` with the subject in the body."""
+        return vault.subjects.export(body.subject, scope=body.scope, reveal=body.reveal,
+                                     principal=who, request_id=rid(request))
 
     @router.post("/v1/scopes/{scope}/erase", response_model=Erasure)
     def erase_scope(scope: SubjectPath, body: EraseScopeBody, who: Auth,

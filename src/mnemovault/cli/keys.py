@@ -90,11 +90,12 @@ def keys_list(
         return
     table = Table()
     table.add_column("key id", no_wrap=True)  # whole: it is what `keys revoke` takes
-    for col in ("role", "name", "limits", "created", "last used", "revoked"):
+    for col in ("role", "name", "limits", "made", "created", "last used", "revoked"):
         table.add_column(col, overflow="fold")
     for k in page["items"]:
         limits = ", ".join(f"{f} {k[f]}" for f in ("scope", "subject") if k[f] is not None)
-        table.add_row(k["key_id"], k["role"], Text(k["name"] or ""), Text(limits),
+        made = "self-registered" if k.get("origin") == "self_registered" else "issued"
+        table.add_row(k["key_id"], k["role"], Text(k["name"] or ""), Text(limits), made,
                       *(f"{k[f]:%Y-%m-%d %H:%M}" if k[f] else "-"
                         for f in ("created_at", "last_used_at", "revoked_at")))
     out.print(table)

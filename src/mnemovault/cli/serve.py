@@ -51,9 +51,26 @@ def serve(
                 preload(vault.embedder)  # so the first request is not the slow one
             err.print(f"serving on http://{host}:{port} (OpenAPI docs at /docs)")
             with vault.tenants.background():  # outbox worker (exports), tenant purge
-                uvicorn.run(create_app(vault), host=host, port=port, log_level="info")
+                # uvicorn's access log prints raw paths and query strings, where a subject
+                # can be: off; the edge logs the route template instead (mnemovault.api.edge)
+                uvicorn.run(create_app(vault), host=host, port=port, log_level="info",
+                            access_log=False, log_config=log_config())
     except MnemoError as exc:
         _fail(exc)
+
+
+def log_config() -> dict[str, Any]:
+    """uvicorn's logging configuration plus mnemovault's loggers (INFO, to stderr): the
+    access lines of :mod:`mnemovault.api.edge` and every error line, which carry ids,
+    route templates and placeholders only."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["mnemovault"] = {"handlers": ["default"], "level": "INFO",
+                                       "propagate": False}
+    return config
 
 
 def check_listen(host: str, port: int) -> None:

@@ -83,6 +83,10 @@ class Endpoint:
         self.manager: StreamableHTTPSessionManager | None = None
 
     async def _principal(self, scope: Scope) -> Principal:
+        state = scope.get("state")
+        who = state.get("principal") if isinstance(state, dict) else None
+        if isinstance(who, Principal):  # authenticated by the edge (mnemovault.api.edge)
+            return who
         header = Headers(scope=scope).get("authorization") or ""
         if not header.lower().startswith("bearer "):
             raise Unauthenticated("authorization: missing 'Authorization: Bearer <key>' header")
