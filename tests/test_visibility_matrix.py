@@ -693,6 +693,15 @@ PATHS: list[Path] = [
         archived=False),
     Path("GET /v1/timeline", "recall", at(lambda w, c, s, sub: w.http(
         c, "GET", "/v1/timeline", params={"limit": 100, **_subject_args(s, sub)}))),
+    # the body forms (issue 22: subjects out of URLs), the same cells as the GET forms
+    Path("POST /v1/memories/list", "read", at(lambda w, c, s, sub: w.http(
+        c, "POST", "/v1/memories/list", json_body={"limit": 100, **_subject_args(s, sub)})),
+        statuses=("active", "pending_review")),
+    Path("POST /v1/wake", "recall", at(lambda w, c, s, sub: w.http(
+        c, "POST", "/v1/wake", json_body={"budget": 32000, **_subject_args(s, sub)})),
+        archived=False),
+    Path("POST /v1/timeline", "recall", at(lambda w, c, s, sub: w.http(
+        c, "POST", "/v1/timeline", json_body={"limit": 100, **_subject_args(s, sub)}))),
     Path("POST /v1/forget/preview ids", "read", batched(lambda w, c, rs: _preview_listing(
         w.http(c, "POST", "/v1/forget/preview", json_body={"ids": _ids(rs)}))),
         output="preview"),
@@ -722,6 +731,12 @@ PATHS: list[Path] = [
     Path("GET /v1/subjects/{subject}/export?reveal", "subject", at(lambda w, c, s, sub: w.http(
         c, "GET", f"/v1/subjects/{sub}/export", params={"scope": s, "reveal": "true"})),
         needs=("subject:erase", "pii:reveal"), reveal=True),
+    Path("POST /v1/subjects/memories", "subject", at(lambda w, c, s, sub: w.http(
+        c, "POST", "/v1/subjects/memories", json_body={"subject": sub, "scope": s,
+                                                       "limit": 100}))),
+    Path("POST /v1/subjects/export", "subject", at(lambda w, c, s, sub: w.http(
+        c, "POST", "/v1/subjects/export", json_body={"subject": sub, "scope": s})),
+        needs=("subject:erase",)),
     Path("GET /v1/vault", "read", once(lambda w, c: w.http(
         c, "GET", "/v1/vault", params={"limit": 100}), only=has_value), output="entries"),
     Path("GET /v1/vault/{placeholder}", "read", each(lambda w, c, r: w.http(
@@ -860,11 +875,18 @@ HTTP_OPS: dict[tuple[str, str], list[str]] = {
     ("GET", "/v1/vault/{placeholder}"): _named("GET /v1/vault/{placeholder}"),
     ("GET", "/v1/vault/export"): _named("GET /v1/vault/export"),
     ("GET", "/v1/review"): _named("GET /v1/review"),
+    ("POST", "/v1/memories/list"): _named("POST /v1/memories/list"),
+    ("POST", "/v1/wake"): _named("POST /v1/wake"),
+    ("POST", "/v1/timeline"): _named("POST /v1/timeline"),
+    ("POST", "/v1/subjects/memories"): _named("POST /v1/subjects/memories"),
+    ("POST", "/v1/subjects/export"): _named("POST /v1/subjects/export"),
 }
 
 # (method, path) -> why it returns no record text and no personal value
 HTTP_NO_RECORDS: dict[tuple[str, str], str] = {
     ("GET", "/health"): "service status",
+    ("POST", "/v1/agents/register"): "a new key's token and metadata",
+    ("POST", "/v1/subjects/erase"): "the erasure receipt: ids, counts, fingerprints",
     ("POST", "/v1/memories"): "receipt: id, version, placeholders created, status",
     ("POST", "/v1/memories/batch"): "receipts",
     ("DELETE", "/v1/memories/{memory_id}"): "ids deleted and counts",
@@ -946,6 +968,10 @@ LIBRARY: dict[str, list[str] | str] = {
     "shred": "placeholders", "rotate_kek": "operator: versions",
     "ensure_tenant": "nothing", "create_key": "token and key id",
     "authenticate": "a principal", "list_keys": "key metadata", "get_key": "key metadata",
+    "register_agent": "a new key's token and metadata",
+    "subjects.ensure_checked": "ledger check: counts", "subjects.on_start": "ledger check: counts",
+    "subjects.ledger_status": "ledger status: counts",
+    "subjects.verify_ledger": "ledger verification: line numbers",
     "revoke_key": "key metadata",
     "open": "lifecycle", "close": "lifecycle", "principal": "a local principal",
     "health": "service status",

@@ -205,8 +205,7 @@ class MemoryVault:
         return keys.revoke_key(self.rt, self._who(principal), key_id, request_id=request_id)
 
     def register_agent(self, name: str, *, request_id: str | None = None) -> dict[str, Any]:
-        """A key for a self-registering agent (off unless ``ALLOW_SELF_REGISTRATION``);
-        see :func:`mnemovault.agents.register`."""
+        """A self-registered agent's key: :func:`mnemovault.agents.register`."""
         return agents.register(self.rt, name, request_id=request_id)
 
     # -- write path (mnemovault.memories.write) -------------------------------------------
@@ -340,8 +339,7 @@ class MemoryVault:
              history: Sequence[dict[str, str]] | None = None, k: int | None = None,
              reveal: bool = False, store: bool = True, principal: Principal | None = None,
              request_id: str | None = None) -> ChatResult:
-        """One chat turn, whole: :meth:`chat_stream` collected into a :class:`ChatResult`
-        (the same events, so both behave the same)."""
+        """One chat turn, whole: :meth:`chat_stream`'s events in a :class:`ChatResult`."""
         return self.chat_stream(message, scope=scope, subject=subject, history=history, k=k,
                                 reveal=reveal, store=store, principal=principal,
                                 request_id=request_id).collect()
@@ -384,9 +382,7 @@ class MemoryVault:
         return pii.export(self.rt, self._who(principal), request_id=request_id)
 
     def rotate_kek(self, *, retire: bool = False) -> dict[str, Any]:
-        """Operator path: a new KEK version, every DEK rewrapped; ``retire`` destroys the
-        old versions; safe while other processes serve. See
-        :func:`mnemovault.pii.rotation.rotate_kek`."""
+        """Operator path, safe while serving: :func:`mnemovault.pii.rotation.rotate_kek`."""
         return rotation.rotate_kek(self.rt, retire=retire)
 
     # -- sections (mnemovault.facade): mv.procedures.capture(...), mv.subjects.erase(...) --
@@ -395,7 +391,6 @@ class MemoryVault:
     tenants = section(TenantsSection)
     subjects = section(SubjectsSection)
 
-    # -- health ---------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
         """``status``, ``embedder`` and ``dimension`` once the database answers."""
         self.rt.db.ping()
