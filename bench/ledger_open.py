@@ -102,7 +102,11 @@ def main() -> None:
     ap.add_argument("--entries", type=int, default=1000)
     ap.add_argument("--tenants", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--quick", action="store_true",
+                    help="CI size: 100 entries, 3 opens a case")
     args = ap.parse_args()
+    if args.quick:
+        args.entries, args.repeat = min(args.entries, 100), min(args.repeat, 3)
     quiet_logging()
     results: dict[str, Any] = {"benchmark": "ledger_open", "entries": args.entries,
                                "tenants": args.tenants, "repeat": args.repeat,
