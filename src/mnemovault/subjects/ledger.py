@@ -116,7 +116,7 @@ from mnemovault.audit.canonical import canonical_json
 from mnemovault.audit.chain import format_ts
 from mnemovault.audit.checkpoint import key_id
 from mnemovault.auth import Principal
-from mnemovault.errors import ValidationError
+from mnemovault.errors import Unavailable, ValidationError
 from mnemovault.governance import forget as forget_mod
 from mnemovault.runtime import Runtime
 from mnemovault.store import ledger as store
@@ -338,9 +338,21 @@ def attach(rt: Runtime) -> None:
     nothing with ``ledger_file`` off)."""
     if not rt.settings.ledger_file:
         return
-    if any(isinstance(getattr(h, "__self__", None), LedgerFile) for h in rt.db.after_commit):
+    if any(isinstance(getattr(h, "__self__", None), LedgerFile) or getattr(h, "ledger", False)
+           for h in rt.db.after_commit):
         return
-    rt.db.after_commit.append(_file(rt).after_commit)
+    try:
+        rt.db.after_commit.append(_file(rt).after_commit)
+    except Unavailable:  # the database does not answer yet: find the file on first use
+        found: list[LedgerFile] = []
+
+        def lazy(*args: Any, **kwargs: Any) -> Any:
+            if not found:
+                found.append(_file(rt))
+            return found[0].after_commit(*args, **kwargs)
+
+        lazy.ledger = True  # type: ignore[attr-defined]
+        rt.db.after_commit.append(lazy)
 
 
 def export(rt: Runtime, who: Principal, path: Path) -> int:
