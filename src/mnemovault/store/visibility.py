@@ -33,11 +33,11 @@ def clause(params: dict[str, Any], *, scope: str | None, subject: str | None,
     return out
 
 
-def carried(conn: Conn, tenant: str, placeholders: Sequence[str], *, scope: str | None,
-            subject: str | None, statuses: Sequence[str] | None) -> set[str]:
-    """Those of ``placeholders`` that a memory of the view carries: its text held the value
-    itself (the support row is not ``quoted``, migration 0011), and the memory is within
-    ``scope``/``subject`` (as stored) and in one of ``statuses``."""
+def _supported(conn: Conn, tenant: str, placeholders: Sequence[str], *, scope: str | None,
+               subject: str | None, statuses: Sequence[str] | None,
+               carried_only: bool) -> set[str]:
+    """Those of ``placeholders`` with a support row of a memory within ``scope``/``subject``
+    (as stored) and in one of ``statuses``; with ``carried_only``, rows not ``quoted``."""
     if not placeholders:
         return set()
     params: dict[str, Any] = {"t": tenant, "ph": list(placeholders)}
@@ -45,9 +45,18 @@ def carried(conn: Conn, tenant: str, placeholders: Sequence[str], *, scope: str 
     rows = conn.execute(
         "SELECT DISTINCT s.node_id FROM graph_node_support s JOIN memories m "
         "ON m.tenant_id = s.tenant_id AND m.id = s.memory_id "
-        "WHERE s.tenant_id = %(t)s AND m.tenant_id = %(t)s AND s.node_id = ANY(%(ph)s) "
-        f"AND NOT s.quoted{where}", params).fetchall()
+        "WHERE s.tenant_id = %(t)s AND m.tenant_id = %(t)s AND s.node_id = ANY(%(ph)s)"
+        + (" AND NOT s.quoted" if carried_only else "") + where, params).fetchall()
     return {r["node_id"] if isinstance(r, dict) else r[0] for r in rows}
+
+
+def carried(conn: Conn, tenant: str, placeholders: Sequence[str], *, scope: str | None,
+            subject: str | None, statuses: Sequence[str] | None) -> set[str]:
+    """Those of ``placeholders`` that a memory of the view carries: its text held the value
+    itself (the support row is not ``quoted``, migration 0011), and the memory is within
+    ``scope``/``subject`` (as stored) and in one of ``statuses``."""
+    return _supported(conn, tenant, placeholders, scope=scope, subject=subject,
+                      statuses=statuses, carried_only=True)
 
 
 def entries(conn: Conn, tenant: str, *, after: str, limit: int, limited: bool,
@@ -74,16 +83,8 @@ def used(conn: Conn, tenant: str, placeholders: Sequence[str], *, scope: str | N
          subject: str | None) -> set[str]:
     """Those of ``placeholders`` that any memory within ``scope``/``subject`` uses (carries
     or quotes), whatever its status."""
-    if not placeholders:
-        return set()
-    params: dict[str, Any] = {"t": tenant, "ph": list(placeholders)}
-    where = clause(params, scope=scope, subject=subject, statuses=None, alias="m.")
-    rows = conn.execute(
-        "SELECT DISTINCT s.node_id FROM graph_node_support s JOIN memories m "
-        "ON m.tenant_id = s.tenant_id AND m.id = s.memory_id "
-        "WHERE s.tenant_id = %(t)s AND m.tenant_id = %(t)s AND s.node_id = ANY(%(ph)s)"
-        f"{where}", params).fetchall()
-    return {r["node_id"] if isinstance(r, dict) else r[0] for r in rows}
+    return _supported(conn, tenant, placeholders, scope=scope, subject=subject,
+                      statuses=None, carried_only=False)
 
 
 def known_within(conn: Conn, tenant: str, *, scope: str | None,
