@@ -8,6 +8,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -96,3 +97,27 @@ class RandomEmbedder:
             seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "big")
             out[i] = np.random.default_rng(seed).standard_normal(self.dimension)
         return normalise(out)
+
+
+def wait_for_health(base: str, server: subprocess.Popen[bytes], log_path: Path, *,
+                    timeout: float) -> float:
+    """Seconds until ``base``/health answers 200 from a ``mnemovault serve`` subprocess.
+
+    Raises:
+        RuntimeError: the server exited first (with the end of its log), or ``timeout``
+            seconds passed.
+    """
+    import httpx
+
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout:
+        if server.poll() is not None:
+            raise RuntimeError(f"the server exited ({server.returncode}) before answering "
+                               f"/health: {log_path.read_text(errors='replace')[-2000:]}")
+        try:
+            if httpx.get(f"{base}/health", timeout=2.0).status_code == 200:
+                return time.perf_counter() - started
+        except httpx.TransportError:
+            pass
+        time.sleep(0.25)
+    raise RuntimeError(f"no answer on {base}/health within {timeout:.0f} s")

@@ -56,7 +56,7 @@ import httpx
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, progress
+from _common import environment, progress, wait_for_health
 
 TENANT = "bench-edge"
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "edge.json"
@@ -91,21 +91,6 @@ def start(data_dir: Path, name: str, **env: str) -> tuple[subprocess.Popen[bytes
                                     str(port)), stdout=f, stderr=subprocess.STDOUT,
                                 env=child_env(**env), stdin=subprocess.DEVNULL)
     return proc, f"http://127.0.0.1:{port}", log
-
-
-def wait_for_health(base: str, proc: subprocess.Popen[bytes], log: Path) -> float:
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < START_TIMEOUT:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited ({proc.returncode}): "
-                               f"{log.read_text(errors='replace')[-1500:]}")
-        try:
-            if httpx.get(f"{base}/health", timeout=2.0).status_code == 200:
-                return time.perf_counter() - t0
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"no answer on {base}/health within {START_TIMEOUT:.0f} s")
 
 
 def post_raw(base: str, path: str, size: int, *, chunked: bool = False,
@@ -245,10 +230,10 @@ def main(argv: list[str] | None = None) -> int:
         token = json.loads(made.stdout)["token"]
         on, base_on, log_on = start(data_dir, "limits-on")
         servers.append(on)
-        wait_for_health(base_on, on, log_on)
+        wait_for_health(base_on, on, log_on, timeout=START_TIMEOUT)
         off, base_off, log_off = start(data_dir, "limits-off", MNEMOVAULT_RATE_LIMITS="false")
         servers.append(off)
-        wait_for_health(base_off, off, log_off)
+        wait_for_health(base_off, off, log_off, timeout=START_TIMEOUT)
         report["startup_seconds"] = round(time.perf_counter() - t0, 2)
         progress(f"servers up in {report['startup_seconds']} s")
         with httpx.Client(base_url=base_on, headers={"Authorization": f"Bearer {token}"},

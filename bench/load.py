@@ -69,7 +69,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, progress
+from _common import environment, progress, wait_for_health
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "bench" / "results" / "load.json"
@@ -128,21 +128,6 @@ def create_owner_key(data_dir: Path) -> str:
     if r.returncode != 0:
         raise RuntimeError(f"keys create failed ({r.returncode}): {r.stderr[-2000:]}")
     return str(json.loads(r.stdout)["token"])
-
-
-def wait_for_health(base: str, server: subprocess.Popen[bytes], log_path: Path) -> float:
-    started = time.perf_counter()
-    while time.perf_counter() - started < START_TIMEOUT:
-        if server.poll() is not None:
-            raise RuntimeError(f"the server exited ({server.returncode}) before answering "
-                               f"/health: {log_path.read_text(errors='replace')[-2000:]}")
-        try:
-            if httpx.get(f"{base}/health", timeout=2.0).status_code == 200:
-                return time.perf_counter() - started
-        except httpx.TransportError:
-            pass
-        time.sleep(0.25)
-    raise RuntimeError(f"no answer on {base}/health within {START_TIMEOUT:.0f} s")
 
 
 class Round:
@@ -574,7 +559,8 @@ def main(argv: list[str] | None = None) -> int:
                                           "--port", str(port)),
                                       stdout=log, stderr=subprocess.STDOUT, env=child_env(),
                                       stdin=subprocess.DEVNULL)
-        report["startup_seconds"] = round(wait_for_health(base, server, log_path), 2)
+        report["startup_seconds"] = round(
+            wait_for_health(base, server, log_path, timeout=START_TIMEOUT), 2)
         progress(f"server up on {base} in {report['startup_seconds']} s")
         warm, _ = run_round(base, token, 1, warmup, 60.0, args.seed + 99)
         report["warmup"] = {"requests": warm["requests"], "errors": warm["errors"]}
