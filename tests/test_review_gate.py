@@ -630,3 +630,38 @@ def test_procedures_and_their_versions_pass_the_gate(vault: MemoryVault, tenant:
     with vault.db.transaction(tenant) as conn:
         assert conn.execute("SELECT count(*) AS n FROM procedures WHERE memory_id = %s",
                             (lone.id,)).fetchone()["n"] == 0
+
+
+def test_two_versions_of_one_procedure_cannot_both_be_approved(
+        vault: MemoryVault, tenant: str, gate: Callable[..., None]) -> None:
+    gate(True, self_approval=True)
+    owner = vault.principal(tenant)
+    p1 = vault.procedures.capture({"question": "how do I book a berth for tonight?",
+                                   "scope": "s", "steps": STEPS}, principal=owner)
+    vault.review.approve(p1.id, principal=owner)
+    weather = {"steps": {"nodes": [{"id": "a", "tool": "check_weather"},
+                                   {"id": "b", "tool": "book_berth"}],
+                         "edges": [{"source": "a", "target": "b"}]}}
+    a = vault.procedures.new_version(p1.id, weather, principal=owner)
+    b = vault.procedures.new_version(p1.id, {"steps": STEPS}, principal=owner)
+    assert vault.review.approve(a.id, principal=owner).superseded == [p1.id]
+    with pytest.raises(Conflict) as err:
+        vault.review.approve(b.id, principal=owner)
+    assert err.value.details["rule"] == "parent_replaced"
+    assert err.value.details["current"] == str(a.id)
+    assert status_of(vault, tenant, b.id) == "pending_review"  # nothing half-done
+    assert status_of(vault, tenant, a.id) == "active"
+    with vault.db.transaction(tenant) as conn:
+        live = conn.execute("SELECT count(*) AS n FROM memories WHERE type = 'procedure' "
+                            "AND status = 'active'").fetchone()["n"]
+    assert live == 1
+    assert not [r for r in audit_rows(vault, tenant)
+                if r["operation"] == "REVIEW_APPROVE" and r["memory_ids"] == [str(b.id)]]
+    # the way on: reject it (kept as history), or propose it again from the current one
+    assert vault.review.reject(b.id, principal=owner).status == "superseded"
+    # and the parent stays replaced (rejecting a version brought it back beside ``a``)
+    assert status_of(vault, tenant, p1.id) == "superseded"
+    c = vault.procedures.new_version(a.id, {"steps": STEPS}, principal=owner)
+    assert vault.review.approve(c.id, principal=owner).superseded == [a.id]
+    hits = vault.procedures.recall("book a berth tonight", scope="s", principal=owner)
+    assert [h.procedure.id for h in hits] == [c.id]

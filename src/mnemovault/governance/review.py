@@ -163,6 +163,25 @@ def _check_duties(rt: Runtime, conn: Any, who: Principal, row: dict[str, Any]) -
                         "must approve it", field="id", rule="separation_of_duties")
 
 
+def _check_parent(conn: Any, who: Principal, row: dict[str, Any]) -> None:
+    """A procedure version is approved only while its parent is current: two versions
+    proposed from one parent cannot both become active (the second would leave two live
+    versions of one procedure). The later one is refused; it stays pending, and rejecting
+    it, or proposing it again as a version of the current one, is the way on.
+
+    Raises:
+        Conflict: ``details.rule = "parent_replaced"``, ``details.current`` the active
+            version that replaced the parent.
+    """
+    if row["type"] != "procedure" or row["parent_id"] is None:
+        return
+    current = store.replaced_parent(conn, who.tenant, row["parent_id"])
+    if current is not None:
+        raise Conflict(f"id: this version's parent was replaced by another approved version "
+                       f"({current}); reject this one, or propose it again as a version of "
+                       f"{current}", field="id", rule="parent_replaced", current=str(current))
+
+
 def _audit(conn: Any, who: Principal, operation: str, mid: uuid.UUID, request_id: str | None,
            comment: str | None, **details: Any) -> int:
     return audit.append(conn, tenant=who.tenant, operation=operation, actor=who.actor,
@@ -182,7 +201,9 @@ def approve(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, *,
         Forbidden: missing ``review:approve``; the caller captured the item itself
             (``details.rule = "separation_of_duties"``).
         NotFound: no such id for this caller.
-        Conflict: the item is not pending review (decided already).
+        Conflict: the item is not pending review (decided already); a procedure version
+            whose parent another approved version replaced (``rule =
+            "parent_replaced"``).
         ValidationError: a malformed id, a blank or too long comment.
         Refused, Unavailable: the capture guard refused the comment or failed.
     """
@@ -192,6 +213,7 @@ def approve(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, *,
     with rt.db.transaction(who.tenant) as conn:
         row = _pending_row(rt, conn, who, mid)
         _check_duties(rt, conn, who, row)
+        _check_parent(conn, who, row)
         note = pii.Translator(rt, conn, who.tenant)(text)
         # the key's active version goes first: a key has one active row at most
         replaced = store.supersede_active_of_key(conn, who.tenant, mid)

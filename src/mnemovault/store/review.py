@@ -132,6 +132,19 @@ def lock(conn: Conn, tenant: str, memory_id: uuid.UUID) -> dict[str, Any] | None
                         "FOR UPDATE", (tenant, memory_id)).fetchone()
 
 
+def replaced_parent(conn: Conn, tenant: str, parent_id: uuid.UUID) -> uuid.UUID | None:
+    """For a procedure version whose parent is ``parent_id``: the parent's active version
+    other than itself when the parent was replaced already (it is ``superseded`` and one of
+    its versions is ``active``), locked ``FOR SHARE``; None when the parent is still what
+    the version was made from."""
+    row = conn.execute(
+        "SELECT c.id FROM memories p JOIN memories c ON c.tenant_id = p.tenant_id "
+        "AND c.parent_id = p.id WHERE p.tenant_id = %s AND p.id = %s "
+        "AND p.status = 'superseded' AND c.status = 'active' ORDER BY c.id LIMIT 1 "
+        "FOR SHARE OF c", (tenant, parent_id)).fetchone()
+    return row["id"] if row else None
+
+
 def approve(conn: Conn, tenant: str, memory_id: uuid.UUID) -> bool:
     """Make a pending row active; whether it was pending."""
     cur = conn.execute(
@@ -158,12 +171,16 @@ def restore_parent(conn: Conn, tenant: str, parent_id: uuid.UUID) -> bool:
     rectified memory held for review (its parent is the version before it), and versions
     held before migration ``0011_visibility``. Only when the parent is superseded, was not
     itself waiting for review (never held, or approved: not ``displaced`` or
-    ``rejected``), and its key has no ``active`` version."""
+    ``rejected``), its key has no ``active`` version, and no other version of it is
+    ``active`` (a procedure whose other proposed version was approved stays replaced:
+    procedures have no key, so the key's rule alone would bring the parent back)."""
     cur = conn.execute(
         "UPDATE memories p SET status = 'active', updated_at = now() "
         "WHERE p.tenant_id = %(t)s AND p.id = %(id)s AND p.status = 'superseded' "
         "AND coalesce(p.provenance ->> %(mark)s, 'approved') = 'approved' "
         "AND NOT EXISTS (SELECT 1 FROM memories o WHERE o.tenant_id = p.tenant_id "
-        "AND o.scope = p.scope AND o.key = p.key AND o.status = 'active')",
+        "AND o.scope = p.scope AND o.key = p.key AND o.status = 'active') "
+        "AND NOT EXISTS (SELECT 1 FROM memories c WHERE c.tenant_id = p.tenant_id "
+        "AND c.parent_id = p.id AND c.status = 'active')",
         {"id": parent_id, "mark": MARK, "t": tenant})
     return cur.rowcount == 1
