@@ -665,3 +665,39 @@ def test_two_versions_of_one_procedure_cannot_both_be_approved(
     assert vault.review.approve(c.id, principal=owner).superseded == [a.id]
     hits = vault.procedures.recall("book a berth tonight", scope="s", principal=owner)
     assert [h.procedure.id for h in hits] == [c.id]
+
+
+def test_writers_cannot_set_the_review_gates_provenance_keys(
+        vault: MemoryVault, tenant: str, gate: Callable[..., None]) -> None:
+    """A writer naming another actor as the capturer could approve its own item; a writer
+    marking a row ``review: approved`` could have it restored past a rejection."""
+    from mnemovault.models import RESERVED_PROVENANCE
+    from mnemovault.store import review as review_store
+
+    assert {review_store.MARK, review_store.CAPTURED_BY} == RESERVED_PROVENANCE
+    owner = vault.principal(tenant)
+    client = TestClient(create_app(vault))
+    token, key_id = vault.create_key(tenant, "admin")
+    auth = {"Authorization": f"Bearer {token}"}
+    for on in (True, False):
+        gate(on)
+        for key in sorted(RESERVED_PROVENANCE):
+            with pytest.raises(ValidationError) as info:
+                vault.remember("The slipway is icy.", scope="s",
+                               provenance={key: "key:someone-else"}, principal=owner)
+            assert key in str(info.value) and "reserved" in str(info.value)
+            r = client.post("/v1/memories", json={"content": "The slipway is icy.",
+                                                  "scope": "s",
+                                                  "provenance": {key: "approved"}},
+                            headers=auth)
+            assert r.status_code == 422 and "reserved" in r.text, r.text
+    with vault.db.transaction(tenant) as conn:
+        assert conn.execute("SELECT count(*) AS n FROM memories").fetchone()["n"] == 0
+    # the gate still records the real capturer
+    gate(True)
+    r = client.post("/v1/memories", json={"content": "The slipway is icy.", "scope": "s"},
+                    headers=auth)
+    assert r.status_code in (200, 201), r.text
+    with vault.db.transaction(tenant) as conn:
+        prov = conn.execute("SELECT provenance FROM memories").fetchone()["provenance"]
+    assert prov["captured_by"] == f"key:{key_id}"

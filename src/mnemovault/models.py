@@ -40,9 +40,16 @@ def _check_tags(tags: list[str]) -> list[str]:
     return tags
 
 
+RESERVED_PROVENANCE = frozenset({"review", "captured_by"})
+"""Provenance keys only the review gate writes (:mod:`mnemovault.store.review`: the
+row's review state and the actor who captured a held row). A writer that could set them
+could name another actor as the capturer and approve its own item."""
+
+
 class Provenance(BaseModel):
     """Where a memory came from. Extra keys (e.g. ``dia_id``) are allowed if their values
-    are strings, numbers, booleans or null; at most 32 keys."""
+    are strings, numbers, booleans or null; at most 32 keys; ``review`` and
+    ``captured_by`` are reserved (:data:`RESERVED_PROVENANCE`)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -67,6 +74,8 @@ class Provenance(BaseModel):
         if len(extra) + 5 > 37:
             raise ValueError("at most 32 extra keys")
         for k, v in extra.items():
+            if k in RESERVED_PROVENANCE:
+                raise ValueError(f"{k}: reserved: set by the review gate, never by a writer")
             if not isinstance(v, str | int | float | bool | type(None)):
                 raise ValueError(f"{k}: extra values must be strings, numbers, booleans or null")
             if not 1 <= len(k) <= 64 or text_rule(k, max_len=64, allow_newlines=False):
