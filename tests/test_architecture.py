@@ -136,7 +136,8 @@ def test_no_import_circles() -> None:
     assert _cycles(GRAPH) == []
 
 
-INTERFACES = ("mnemovault.api", "mnemovault.cli", "mnemovault.mcp")
+# ``mnemovault.__main__`` (``python -m mnemovault``) is the CLI's entry point: an interface
+INTERFACES = ("mnemovault.api", "mnemovault.cli", "mnemovault.mcp", "mnemovault.__main__")
 
 
 def _under(module: str, prefixes: tuple[str, ...]) -> bool:
