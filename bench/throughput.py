@@ -357,6 +357,7 @@ def load_rows(vault: Any, texts: list[str], vecs: Any, insert_batch: int) -> dic
     from psycopg.types.json import Jsonb
 
     from mnemovault.ids import uuid7
+    from mnemovault.recall import terms
     from mnemovault.store import memories as memory_store
 
     tenant = vault.settings.tenant
@@ -365,13 +366,16 @@ def load_rows(vault: Any, texts: list[str], vecs: Any, insert_batch: int) -> dic
     now = datetime.now(UTC)
     t0 = time.perf_counter()
     n = len(texts)
+    with vault.db.transaction(tenant) as conn:  # the keyed terms (migration 0014)
+        key = terms.tenant_key(vault.rt.pii, conn, tenant)
     for i in range(0, n, insert_batch):
         rows = []
         for j in range(i, min(i + insert_batch, n)):
             created = base + timedelta(minutes=7 * j)
             rows.append((tenant, uuid7(), BENCH_SCOPE, texts[j].split(":", 1)[0], "episode",
                          texts[j], None, vecs[j], created, now,
-                         Jsonb({"source": "bench", "source_id": str(j)}), None, 1))
+                         Jsonb({"source": "bench", "source_id": str(j)}), None, 1,
+                         *terms.document(key, texts[j])))
         with vault.db.transaction(tenant) as conn:
             memory_store.insert(conn, rows)
         if (i // insert_batch) % 5 == 4 or i + insert_batch >= n:
