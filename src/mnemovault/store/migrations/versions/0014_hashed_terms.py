@@ -47,20 +47,27 @@ _ONLY_TSV = """
                AND OLD.content IS NOT DISTINCT FROM NEW.content)"""
 
 # The functions are 0009's and 0010's (installed before these on Citus too: revision-file
-# order); nothing to recount: the update functions keep the targets exact.
-TRIGGERS = TriggerSet(
-    table="memories",
-    targets=("lexical_scope_stats", "lexical_df", "lexical_postings"),
-    functions=(),
-    triggers=(
-        f"""CREATE TRIGGER memories_lexical_terms AFTER UPDATE OF tsv ON memories
+# order); nothing to recount: the update functions keep the targets exact. Two sets, one
+# per target group, as in 0009 and 0010.
+TRIGGERS = (
+    TriggerSet(
+        table="memories",
+        targets=("lexical_scope_stats", "lexical_df"),
+        functions=(),
+        triggers=(f"""CREATE TRIGGER memories_terms_lexical AFTER UPDATE OF tsv ON memories
          FOR EACH ROW{_ONLY_TSV}
-         EXECUTE FUNCTION mv_lexical_update()""",
-        f"""CREATE TRIGGER memories_postings_terms AFTER UPDATE OF tsv ON memories
-         FOR EACH ROW{_ONLY_TSV}
-         EXECUTE FUNCTION mv_postings_update()""",
+         EXECUTE FUNCTION mv_lexical_update()""",),
+        backfill=(),
     ),
-    backfill=(),
+    TriggerSet(
+        table="memories",
+        targets=("lexical_postings",),
+        functions=(),
+        triggers=(f"""CREATE TRIGGER memories_terms_postings AFTER UPDATE OF tsv ON memories
+         FOR EACH ROW{_ONLY_TSV}
+         EXECUTE FUNCTION mv_postings_update()""",),
+        backfill=(),
+    ),
 )
 
 
@@ -77,14 +84,15 @@ def upgrade() -> None:
     if op.get_bind().exec_driver_sql(
             "SELECT 1 FROM pg_extension WHERE extname = 'citus'").first() is not None:
         return  # mnemovault.store.citus.distribute installs the triggers on the shards
-    for statement in TRIGGERS.triggers:
-        op.execute(statement)
+    for triggers in TRIGGERS:
+        for statement in triggers.triggers:
+            op.execute(statement)
 
 
 def downgrade() -> None:
     op.execute("""
-        DROP TRIGGER IF EXISTS memories_lexical_terms ON memories;
-        DROP TRIGGER IF EXISTS memories_postings_terms ON memories;
+        DROP TRIGGER IF EXISTS memories_terms_lexical ON memories;
+        DROP TRIGGER IF EXISTS memories_terms_postings ON memories;
         DROP INDEX IF EXISTS memories_terms_plain;
         ALTER TABLE memories DROP COLUMN terms_keyed;
         ALTER TABLE memories DROP COLUMN tsv_length;
