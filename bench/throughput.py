@@ -5,7 +5,8 @@
     on the same texts, in the same run, interleaved batch by batch so that drift in machine
     load hits both alike. The ratio remember/embed (<= 1) is the share of the write path's
     time that is the embedding; 1 - ratio is everything that is ours (validation, the
-    transaction, the insert with its HNSW and GIN maintenance, the audit row).
+    transaction, the insert with its HNSW and GIN maintenance, the audit row). Then
+    ``--single`` single ``remember`` calls, each next to embed-only of its text (p50/p95).
 (b) recall: with N memories in one scope (N = 1k, 10k, 100k; one fresh database per N),
     p50/p95 of ``recall(k=10, touch=False)`` over ~50 queries, next to the bare exact SQL
     query ``SELECT id FROM memories WHERE scope = %s ORDER BY embedding <=> %s LIMIT 10``
@@ -22,6 +23,11 @@ Usage::
     python bench/throughput.py --out bench/results/throughput.json
     python bench/throughput.py --sizes 1000,10000 --queries 50
     python bench/throughput.py --quick            # 1k only, fewer queries (for CI)
+
+A baseline of another tree's code in the same session: this file with that tree's
+``src`` first on ``PYTHONPATH`` (``git archive main | tar -x -C /tmp/base``, then
+``PYTHONPATH=/tmp/base/src python bench/throughput.py ...``); it works with the code from
+before migration 0014 (whose database derived the lexical terms itself).
 
 The JSON result goes to stdout (and ``--out``), progress to stderr.
 """
