@@ -56,19 +56,22 @@ def supersede(conn: Conn, tenant: str, scope: str, key: str,
 
 def insert(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
     """Insert memories. Each row: (tenant_id, id, scope, subject_id, type, content, key,
-    embedding, created_at, updated_at, provenance (Jsonb), parent_id, version)."""
+    embedding, created_at, updated_at, provenance (Jsonb), parent_id, version, tsv,
+    tsv_length): the last two the keyed terms of the content
+    (:func:`mnemovault.recall.terms.document`)."""
     if not rows:
         return
     with conn.cursor() as cur:
         cur.executemany(
             "INSERT INTO memories (tenant_id, id, scope, subject_id, type, content, key, "
-            "embedding, created_at, updated_at, provenance, parent_id, version) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            "embedding, created_at, updated_at, provenance, parent_id, version, tsv, "
+            "tsv_length) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+            "%s::tsvector, %s)",
             rows,
         )
 
 
-_ROWS_PER_STATEMENT = 1000  # 13 parameters a row: far below PostgreSQL's 65,535
+_ROWS_PER_STATEMENT = 1000  # 15 parameters a row: far below PostgreSQL's 65,535
 
 
 def insert_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -77,10 +80,12 @@ def insert_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
     batch instead of once a row."""
     for i in range(0, len(rows), _ROWS_PER_STATEMENT):
         chunk = rows[i: i + _ROWS_PER_STATEMENT]
-        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(chunk))
+        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                            "%s::tsvector, %s)"] * len(chunk))
         conn.execute(
             "INSERT INTO memories (tenant_id, id, scope, subject_id, type, content, key, "
-            "embedding, created_at, updated_at, provenance, parent_id, version) VALUES "
+            "embedding, created_at, updated_at, provenance, parent_id, version, tsv, "
+            "tsv_length) VALUES "
             + values, [v for row in chunk for v in row])
 
 

@@ -49,15 +49,16 @@ _FROM = ("FROM memories m JOIN procedures p ON p.tenant_id = m.tenant_id "
 def insert(conn: Conn, *, tenant: str, memory_id: uuid.UUID, scope: str, subject: str | None,
            content: str, embedding: Any, status: str, provenance: dict[str, Any],
            parent_id: uuid.UUID | None, version: int, now: datetime, name: str, intent: str,
-           steps: dict[str, Any]) -> None:
+           steps: dict[str, Any], terms: tuple[str, int]) -> None:
     """Insert a procedure: its ``memories`` row (type ``procedure``) and its
     ``procedures`` row. ``embedding`` None copies the parent's (a new version asked
-    without a question)."""
+    without a question). ``terms``: the content's keyed terms, (tsv, tsv_length)."""
     cols = ("tenant_id, id, scope, subject_id, type, content, embedding, status, created_at, "
-            "updated_at, provenance, parent_id, version")
+            "updated_at, provenance, parent_id, version, tsv, tsv_length")
     params = {"t": tenant, "id": memory_id, "scope": scope, "subject": subject,
               "content": content, "emb": embedding, "status": status, "now": now,
-              "prov": Jsonb(provenance), "parent": parent_id, "version": version}
+              "prov": Jsonb(provenance), "parent": parent_id, "version": version,
+              "tsv": terms[0], "tsvlen": terms[1]}
     if embedding is None:
         # the parent's own tenant_id as the new row's: on Citus the INSERT ... SELECT then
         # runs on the shard (a constant there makes Citus copy the row through the
@@ -65,13 +66,14 @@ def insert(conn: Conn, *, tenant: str, memory_id: uuid.UUID, scope: str, subject
         conn.execute(
             f"INSERT INTO memories ({cols}) SELECT tenant_id, %(id)s, %(scope)s, %(subject)s, "
             "'procedure', %(content)s, embedding, %(status)s, %(now)s, %(now)s, %(prov)s, "
-            "%(parent)s, %(version)s FROM memories WHERE tenant_id = %(t)s AND id = %(parent)s",
+            "%(parent)s, %(version)s, %(tsv)s::tsvector, %(tsvlen)s FROM memories "
+            "WHERE tenant_id = %(t)s AND id = %(parent)s",
             params)
     else:
         conn.execute(
             f"INSERT INTO memories ({cols}) VALUES (%(t)s, %(id)s, %(scope)s, %(subject)s, "
             "'procedure', %(content)s, %(emb)s, %(status)s, %(now)s, %(now)s, %(prov)s, "
-            "%(parent)s, %(version)s)", params)
+            "%(parent)s, %(version)s, %(tsv)s::tsvector, %(tsvlen)s)", params)
     conn.execute(
         "INSERT INTO procedures (tenant_id, memory_id, name, intent, steps, created_at) "
         "VALUES (%s, %s, %s, %s, %s, %s)",

@@ -61,8 +61,9 @@ def insert_held(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
     with conn.cursor() as cur:
         cur.executemany(
             "INSERT INTO memories (tenant_id, id, scope, subject_id, type, content, key, "
-            "embedding, created_at, updated_at, provenance, parent_id, version, status) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'pending_review')",
+            "embedding, created_at, updated_at, provenance, parent_id, version, tsv, "
+            "tsv_length, status) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+            "%s, %s::tsvector, %s, 'pending_review')",
             rows,
         )
 

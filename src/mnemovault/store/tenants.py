@@ -254,7 +254,8 @@ def memories_after(conn: Conn, tenant: str, after: uuid.UUID | None,
     derived full-text columns (columns added by later migrations are included as they
     come)."""
     return list(conn.execute(
-        "SELECT id, to_jsonb(m) - 'embedding' - 'tsv' - 'tsv_length' - 'tenant_id' AS row "
+        "SELECT id, to_jsonb(m) - 'embedding' - 'tsv' - 'tsv_length' - 'terms_keyed' "
+        "- 'tenant_id' AS row "
         "FROM memories m WHERE tenant_id = %s AND (%s::uuid IS NULL OR id > %s) "
         "ORDER BY id LIMIT %s", (tenant, after, after, limit)).fetchall())
 
