@@ -283,7 +283,9 @@ def distribute(url: str, app_role: str) -> dict[str, Any] | None:
 
 def trigger_sets() -> list[TriggerSet]:
     """Every migration's ``TRIGGERS`` (a :class:`TriggerSet`, or a tuple of them), in
-    revision-file order: the triggers a migration creates on plain PostgreSQL only."""
+    revision-file order: the triggers a migration creates on plain PostgreSQL only. A set
+    whose functions a later revision's set defines again (all of them, by name: e.g.
+    0016's statistics deltas replacing 0009's bodies) is superseded by it and left out."""
     found: list[TriggerSet] = []
     versions = resources.files("mnemovault.store.migrations") / "versions"
     for name in sorted(p.name for p in versions.iterdir()):
@@ -291,7 +293,10 @@ def trigger_sets() -> list[TriggerSet]:
             continue
         module = importlib.import_module(f"mnemovault.store.migrations.versions.{name[:-3]}")
         sets = getattr(module, "TRIGGERS", ())
-        found += [sets] if isinstance(sets, TriggerSet) else list(sets)
+        for new in [sets] if isinstance(sets, TriggerSet) else list(sets):
+            found = [s for s in found
+                     if not set(s.function_names()) <= set(new.function_names())]
+            found.append(new)
     return found
 
 

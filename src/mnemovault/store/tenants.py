@@ -319,11 +319,14 @@ def lock_expired(conn: Conn, tenant: str, now: datetime) -> dict[str, Any] | Non
         (tenant, now)).fetchone()
 
 
+APPEND_AFTER_MEMORIES = ("lexical_stat_deltas",)
+
+
 def tenant_tables(conn: Conn) -> list[str]:
     """Every table of the current schema with a ``tenant_id`` column (partitions left to
     their parent), ordered so that a table comes before every table it references by a
-    foreign key (delete in this order and no foreign key is ever violated); ``tenants``
-    last."""
+    foreign key (delete in this order and no foreign key is ever violated), the tables of
+    :data:`APPEND_AFTER_MEMORIES` right after ``memories``; ``tenants`` last."""
     tables = {r["relname"] for r in conn.execute(
         "SELECT c.relname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
         "JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -348,6 +351,13 @@ def tenant_tables(conn: Conn) -> list[str]:
             ready = sorted(left)
         order += [t for t in ready if t != "tenants"]
         left -= set(ready)
+    # tables the triggers on memories only append to (migration 0016's statistics deltas)
+    # go after memories: deleting the memories appends to them
+    late = [t for t in APPEND_AFTER_MEMORIES if t in order and "memories" in order]
+    order = [t for t in order if t not in late]
+    if late:
+        at = order.index("memories") + 1
+        order[at:at] = late
     return [*order, "tenants"] if "tenants" in tables else order
 
 
