@@ -163,3 +163,37 @@ def test_writes_fold_the_deltas_every_so_often(vault: MemoryVault, tenant: str,
     vault.remember("marathon report", scope="e", principal=who)
     assert _deltas(vault, tenant, "e") > 0
     assert _consistent(vault, tenant, "e")["doc_count"] == 4
+
+
+def test_a_recall_does_not_wait_for_a_writer_and_its_access_is_counted_later(
+        vault: MemoryVault, tenant: str) -> None:
+    who = vault.principal(tenant)
+    [r] = vault.remember_many([{"content": "chess tournament in lisbon", "scope": "a"}],
+                              principal=who)
+    locked = threading.Event()
+    release = threading.Event()
+
+    def writer() -> None:  # holds the row as a forget or supersede of it would
+        with vault.db.transaction(tenant) as conn:
+            conn.execute("SELECT 1 FROM memories WHERE tenant_id = %s AND id = %s "
+                         "FOR UPDATE", (tenant, r.id))
+            locked.set()
+            assert release.wait(60)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        assert locked.wait(60)
+        hits = vault.recall("chess tournament", scope="a", principal=who)  # returns
+        assert [h.memory.id for h in hits] == [r.id]
+    finally:
+        release.set()
+        t.join(60)
+    with vault.db.transaction(tenant) as conn:
+        pending = conn.execute("SELECT count(*) AS n FROM memory_accesses WHERE "
+                               "tenant_id = %s AND memory_id = %s", (tenant, r.id)).fetchone()
+    assert pending is not None and pending["n"] == 1
+    assert vault.get(r.id, principal=who).access_count == 0
+    assert vault.db.fold_accesses(tenant) == 1
+    assert vault.get(r.id, principal=who).access_count == 1
+    assert vault.db.fold_accesses(tenant) == 0  # counted once

@@ -34,7 +34,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from mnemovault.config import Settings
 from mnemovault.errors import ConfigError, Conflict, InternalError, MnemoError, Unavailable
-from mnemovault.store import citus, lexstats
+from mnemovault.store import citus, lexstats, memories
 
 log = logging.getLogger(__name__)
 
@@ -448,12 +448,25 @@ class Database:
 
     def _count_write(self, tenant: str) -> None:
         """After an audited commit of ``tenant``: every :data:`lexstats.FOLD_EVERY` of
-        them (in this process), fold its BM25 statistics' deltas (migration 0016)."""
+        them (in this process), fold its BM25 statistics' deltas and its pending access
+        statistics (migration 0016)."""
         with self._fold_lock:
             n = self._fold_counts.get(tenant, 0) + 1
             self._fold_counts[tenant] = 0 if n >= lexstats.FOLD_EVERY else n
         if n >= lexstats.FOLD_EVERY:
             self.fold_lexical(tenant)
+            self.fold_accesses(tenant)
+
+    def fold_accesses(self, tenant: str) -> int:
+        """Count ``tenant``'s accesses waiting in ``memory_accesses`` into their memories
+        (:func:`mnemovault.store.memories.fold_accesses`, a short transaction); how many.
+        Never raises (a failure is logged; they stay for the next fold)."""
+        try:
+            with self.transaction(tenant) as conn:
+                return memories.fold_accesses(conn, tenant)
+        except Exception:
+            log.exception("folding the pending access statistics failed (kept)")
+            return 0
 
     def fold_lexical(self, tenant: str, scopes: list[str] | None = None, *,
                      wait: bool = False) -> int:

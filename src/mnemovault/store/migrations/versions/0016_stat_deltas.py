@@ -39,6 +39,13 @@ on the shards; :data:`TRIGGERS` here supersedes 0009's set (same function names:
 :func:`mnemovault.store.citus.distribute` installs its Citus form on the shards (on a
 cluster that has 0009's triggers already it replaces the functions only: the base rows
 are right as they are).
+
+Recall's access statistics (issue 29) get the same treatment where a writer holds the
+row: ``memory_accesses`` (tenant, memory, n, at) is append-only; recall's touch updates
+the rows it can lock at once (``SKIP LOCKED``) and appends the accesses of the others,
+which :func:`mnemovault.store.memories.fold_accesses` counts into ``memories`` later
+(after writes, with the statistics' fold, and before the retention job scores), so a
+recall never waits for a forget, supersede or archive of one of its hits.
 """
 
 from alembic import context, op
@@ -136,6 +143,65 @@ TRIGGERS = TriggerSet(
 )
 
 
+# Appending one audit row in one statement (issue 29): the caller sends the row's canonical
+# bytes with its ``seq`` and ``ts`` left out (``p_head || seq || p_mid || ts || p_tail``);
+# here, under the head's row lock, they are filled in (``ts``: the clock under the lock,
+# so rows stay in time order), ``row_hash = SHA-256(prev_hash || row_bytes)``, the Merkle
+# leaf ``SHA-256(0x00 || row_bytes)`` and the perfect nodes it completes (RFC 9162, as
+# mnemovault.audit.merkle.CompactRange.append), and the row, its nodes and the head are
+# written. The chain, its bytes and the verifier are those of mnemovault.audit.chain; the
+# checkpoint (signed outside the database) is the caller's, from what this returns.
+AUDIT_APPEND = r"""
+CREATE OR REPLACE FUNCTION mv_audit_append(p_tenant text, p_operation text, p_head bytea,
+                                           p_mid bytea, p_tail bytea, p_genesis bytea)
+RETURNS TABLE (seq bigint, ts timestamptz, ts_text text, peaks bytea,
+               checkpoint_size bigint, checkpoint_at timestamptz)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  h record;
+  s bigint;
+  t timestamptz;
+  tt text;
+  rb bytea;
+  rh bytea;
+  nh bytea;
+  pk bytea;
+  lvl int := 0;
+  idx bigint;
+BEGIN
+  SELECT a.seq, a.head_hash, a.peaks, a.checkpoint_size, a.checkpoint_at INTO h
+    FROM audit_heads a WHERE a.tenant_id = p_tenant FOR UPDATE;
+  IF NOT FOUND THEN
+    INSERT INTO audit_heads (tenant_id, seq, head_hash) VALUES (p_tenant, 0, p_genesis)
+      ON CONFLICT (tenant_id) DO NOTHING;
+    SELECT a.seq, a.head_hash, a.peaks, a.checkpoint_size, a.checkpoint_at INTO h
+      FROM audit_heads a WHERE a.tenant_id = p_tenant FOR UPDATE;
+  END IF;
+  s := h.seq + 1;
+  t := date_trunc('microseconds', clock_timestamp());
+  tt := to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
+  rb := p_head || convert_to(s::text, 'UTF8') || p_mid || convert_to(tt, 'UTF8') || p_tail;
+  rh := sha256(h.head_hash || rb);
+  nh := sha256('\x00'::bytea || rb);
+  idx := s - 1;
+  pk := h.peaks;
+  INSERT INTO audit_log (tenant_id, seq, ts, operation, row_bytes, prev_hash, row_hash)
+    VALUES (p_tenant, s, t, p_operation, rb, h.head_hash, rh);
+  INSERT INTO audit_nodes (tenant_id, level, idx, hash) VALUES (p_tenant, 0, idx, nh);
+  WHILE ((idx >> lvl) & 1) = 1 LOOP
+    nh := sha256('\x01'::bytea || substring(pk FROM length(pk) - 31 FOR 32) || nh);
+    pk := substring(pk FROM 1 FOR length(pk) - 32);
+    lvl := lvl + 1;
+    INSERT INTO audit_nodes (tenant_id, level, idx, hash)
+      VALUES (p_tenant, lvl, idx >> lvl, nh);
+  END LOOP;
+  pk := pk || nh;
+  UPDATE audit_heads a SET seq = s, head_hash = rh, peaks = pk WHERE a.tenant_id = p_tenant;
+  RETURN QUERY SELECT s, t, tt, pk, h.checkpoint_size, h.checkpoint_at;
+END
+$fn$"""
+
+
 def upgrade() -> None:
     role = context.config.attributes.get("app_role", "mnemovault_app")
     if not role.replace("_", "").isalnum():
@@ -153,6 +219,17 @@ def upgrade() -> None:
           (tenant_id, scope, lexeme);
     """)
     tenant_table(op, "lexical_stat_deltas", role, "SELECT, INSERT, DELETE", signed=True)
+    op.execute("""
+        CREATE TABLE memory_accesses (
+          tenant_id text NOT NULL,
+          memory_id uuid NOT NULL,
+          n         integer NOT NULL,
+          at        timestamptz NOT NULL
+        );
+        CREATE INDEX memory_accesses_tenant ON memory_accesses (tenant_id, memory_id);
+    """)
+    tenant_table(op, "memory_accesses", role, "SELECT, INSERT, DELETE", signed=True)
+    op.execute(AUDIT_APPEND)
     if op.get_bind().exec_driver_sql(
             "SELECT 1 FROM pg_extension WHERE extname = 'citus'").first() is not None:
         # the functions there are in their Citus form: distribute replaces them (their
@@ -173,4 +250,6 @@ def downgrade() -> None:
             op.execute(statement)
         for statement in old.backfill:  # the base rows recounted: the deltas go with it
             op.execute(statement)
+    op.execute("DROP FUNCTION IF EXISTS mv_audit_append(text, text, bytea, bytea, bytea, bytea)")
+    op.execute("DROP TABLE IF EXISTS memory_accesses")
     op.execute("DROP TABLE IF EXISTS lexical_stat_deltas")
