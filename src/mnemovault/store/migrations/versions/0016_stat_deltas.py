@@ -45,7 +45,13 @@ row: ``memory_accesses`` (tenant, memory, n, at) is append-only; recall's touch 
 the rows it can lock at once (``SKIP LOCKED``) and appends the accesses of the others,
 which :func:`mnemovault.store.memories.fold_accesses` counts into ``memories`` later
 (after writes, with the statistics' fold, and before the retention job scores), so a
-recall never waits for a forget, supersede or archive of one of its hits.
+recall never waits for a forget, supersede or archive of one of its hits (its touch
+waits at most ``TOUCH_WAIT`` for a row, :func:`mnemovault.store.memories.touch`).
+
+And the audit chain's critical section (issue 29): ``mv_audit_append`` (below) appends a
+row in one statement under the head's lock, so the head is held for that statement and
+the commit only, never while the application computes or waits for its turn to run
+(:mod:`mnemovault.audit.log`). The chain, the row bytes and the verifier are unchanged.
 """
 
 from alembic import context, op
