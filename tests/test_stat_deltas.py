@@ -145,7 +145,7 @@ def test_a_fold_killed_half_way_loses_nothing(vault: MemoryVault, tenant: str) -
         assert folded == deltas
         pid = conn.info.backend_pid
         with owner_connection(vault.db.url, autocommit=True) as owner:
-            owner.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            owner.execute("SELECT pg_terminate_backend(%s::int)", (pid,))
         conn.execute("SELECT 1")
     assert _deltas(vault, tenant, "k") == deltas  # rolled back whole
     assert _consistent(vault, tenant, "k") == before

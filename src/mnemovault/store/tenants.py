@@ -320,13 +320,16 @@ def lock_expired(conn: Conn, tenant: str, now: datetime) -> dict[str, Any] | Non
 
 
 APPEND_AFTER_MEMORIES = ("lexical_stat_deltas",)
+"""Tables the triggers on ``memories`` append to when memories are deleted (migration
+0016's statistics deltas): a purge empties them once more after every table
+(:func:`delete_appended`)."""
 
 
 def tenant_tables(conn: Conn) -> list[str]:
     """Every table of the current schema with a ``tenant_id`` column (partitions left to
     their parent), ordered so that a table comes before every table it references by a
-    foreign key (delete in this order and no foreign key is ever violated), the tables of
-    :data:`APPEND_AFTER_MEMORIES` right after ``memories``; ``tenants`` last."""
+    foreign key (delete in this order and no foreign key is ever violated); ``tenants``
+    last."""
     tables = {r["relname"] for r in conn.execute(
         "SELECT c.relname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
         "JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -351,13 +354,6 @@ def tenant_tables(conn: Conn) -> list[str]:
             ready = sorted(left)
         order += [t for t in ready if t != "tenants"]
         left -= set(ready)
-    # tables the triggers on memories only append to (migration 0016's statistics deltas)
-    # go after memories: deleting the memories appends to them
-    late = [t for t in APPEND_AFTER_MEMORIES if t in order and "memories" in order]
-    order = [t for t in order if t not in late]
-    if late:
-        at = order.index("memories") + 1
-        order[at:at] = late
     return [*order, "tenants"] if "tenants" in tables else order
 
 
@@ -367,6 +363,14 @@ def delete_rows(conn: Conn, table: str, tenant: str) -> int:
     cur = conn.execute(sql.SQL("DELETE FROM {} WHERE tenant_id = %s").format(
         sql.Identifier(table)), (tenant,))
     return int(cur.rowcount)
+
+
+def delete_appended(conn: Conn, tenant: str) -> None:
+    """After :func:`delete_rows` of every table: delete what deleting ``tenant``'s memories
+    appended (:data:`APPEND_AFTER_MEMORIES`; not rows the tenant had, so not counted)."""
+    for table in APPEND_AFTER_MEMORIES:
+        conn.execute(sql.SQL("DELETE FROM {} WHERE tenant_id = %s").format(
+            sql.Identifier(table)), (tenant,))
 
 
 def chain_state(conn: Conn, tenant: str) -> dict[str, Any]:
