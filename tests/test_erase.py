@@ -76,6 +76,8 @@ def test_erase_removes_exactly_the_subjects_rows_in_every_table(
     diff.pop("graph_edges", None)
     assert diff.pop("pii_deks") == len(er.shredded)  # a shredded value's DEK goes
     diff.pop("lexical_df", None)  # term statistics over the remaining memories
+    diff.pop("lexical_scope_stats", None)  # ... folded from their deltas by the erase
+    diff.pop("lexical_stat_deltas", None)
     assert diff.pop("lexical_postings") > 0  # the erased memories' postings go ...
     with owner_connection(vault.db.url, autocommit=True) as conn:  # ... none outlives
         orphans = conn.execute(  # its memory

@@ -174,6 +174,7 @@ def test_memories_insert_in_chunks_keeps_the_lexical_statistics(
     rs = vault.remember_many([{"content": f"walrus number {i} swims", "scope": "lex"}
                               for i in range(7)], principal=who)
     assert len({r.id for r in rs}) == 7
+    vault.db.fold_lexical(tenant, ["lex"], wait=True)  # the deltas into the base rows
     with vault.db.transaction(tenant) as conn:
         stats = conn.execute(
             "SELECT doc_count, total_length FROM lexical_scope_stats "

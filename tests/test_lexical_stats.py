@@ -160,6 +160,7 @@ def test_maxscore_skips_what_cannot_reach_the_top(vault: MemoryVault, tenant: st
     monkeypatch.setattr(search, "_bm25", spy)
     # a filter: the path over memories (unfiltered recalls read the postings: test_postings)
     where, params = filter_sql(tenant, "ms", include_archived=True)
+    vault.db.fold_lexical(tenant, ["ms"], wait=True)  # the base rows hold every delta
     with vault.db.transaction(tenant) as conn:
         fast = search.text_candidates(conn, lexical.q(vault, conn, "zebra apple"), where, params, 5)
         terms = lexical.q(vault, conn, "zebra apple")
@@ -187,5 +188,7 @@ def test_without_statistics_the_query_recounts(vault: MemoryVault, tenant: str) 
     with vault.db.transaction(tenant) as conn:
         before = text_candidates(conn, lexical.q(vault, conn, "violin budget"), where, params, 10)
         conn.execute("DELETE FROM lexical_scope_stats WHERE scope = 'nostats'")
+        conn.execute("DELETE FROM lexical_stat_deltas WHERE scope = 'nostats' "
+                     "AND lexeme IS NULL")
         after = text_candidates(conn, lexical.q(vault, conn, "violin budget"), where, params, 10)
     assert before and [r["id"] for r in after] == [r["id"] for r in before]

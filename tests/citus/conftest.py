@@ -36,6 +36,7 @@ SUBSET = (
     "tests/test_retention.py",      # the retention job over every tenant, its scheduler
     "tests/test_postings.py",       # BM25 postings kept by triggers (on the shards), top-n
     "tests/test_visibility.py",     # the one visibility rule: pending, limits, reveal
+    "tests/test_stat_deltas.py",    # BM25 statistics' deltas and their fold, access log
 )
 
 _EMBEDDED = ("makes a database of its own next to the session's by renaming the embedded "

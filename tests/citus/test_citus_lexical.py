@@ -41,10 +41,17 @@ def _texts(n: int, seed: int) -> list[str]:
 # every tenant's statistics against a recount of every tenant's live memories (as the
 # owner: row-level security hides nothing); max_tf is an upper bound and not compared
 _DRIFT = """
-WITH kept AS (SELECT tenant_id, scope, doc_count, total_length FROM lexical_scope_stats),
+WITH kept AS (SELECT tenant_id, scope, sum(doc_count) AS doc_count,
+                     sum(total_length) AS total_length FROM (
+                SELECT tenant_id, scope, doc_count, total_length FROM lexical_scope_stats
+                UNION ALL SELECT tenant_id, scope, n, len FROM lexical_stat_deltas
+                WHERE lexeme IS NULL) k GROUP BY 1, 2 HAVING sum(doc_count) <> 0),
      real AS (SELECT tenant_id, scope, count(*) AS doc_count, sum(tsv_length) AS total_length
               FROM memories WHERE status = 'active' AND NOT archived GROUP BY 1, 2),
-     kept_df AS (SELECT tenant_id, scope, lexeme, df FROM lexical_df),
+     kept_df AS (SELECT tenant_id, scope, lexeme, sum(df) AS df FROM (
+                   SELECT tenant_id, scope, lexeme, df FROM lexical_df
+                   UNION ALL SELECT tenant_id, scope, lexeme, n FROM lexical_stat_deltas
+                   WHERE lexeme IS NOT NULL) k GROUP BY 1, 2, 3 HAVING sum(df) <> 0),
      real_df AS (SELECT m.tenant_id, m.scope, u.lexeme, count(*) AS df
                  FROM memories m, unnest(m.tsv) u
                  WHERE m.status = 'active' AND NOT m.archived GROUP BY 1, 2, 3)
@@ -81,9 +88,10 @@ def _set(target: str) -> TriggerSet:
 
 def test_the_triggers_are_on_every_shard(vault: MemoryVault) -> None:
     sets = [s for s in citus.trigger_sets() if s.table == "memories" and s.functions]
-    # 0009's statistics and 0010's postings
-    assert [s.targets for s in sets] == [("lexical_scope_stats", "lexical_df"),
-                                         ("lexical_postings",)]
+    # 0016's statistics deltas (in the place of 0009's set, whose bodies they supersede)
+    # and 0010's postings
+    assert [s.targets for s in sets] == [("lexical_scope_stats", "lexical_df",
+                                          "lexical_stat_deltas"), ("lexical_postings",)]
     terms = [n for s in citus.trigger_sets() if s.table == "memories" and not s.functions
              for n in s.trigger_names()]  # 0014's: a rewrite of tsv alone
     assert terms == ["memories_terms_lexical", "memories_terms_postings"]
@@ -143,8 +151,9 @@ def test_stats_follow_writes_forget_erase_and_purge(vault: MemoryVault, tenant: 
     vault.remember_many([{"content": t, "scope": "p"} for t in _texts(10, 5)],
                         principal=vault.principal(gone))
     with psycopg.connect(vault.db.url) as conn:
-        assert conn.execute("SELECT count(*) FROM lexical_df WHERE tenant_id = %s",
-                            (gone,)).fetchone()[0] > 0
+        assert conn.execute("SELECT (SELECT count(*) FROM lexical_df WHERE tenant_id = %(t)s)"
+                            " + (SELECT count(*) FROM lexical_stat_deltas WHERE tenant_id = "
+                            "%(t)s)", {"t": gone}).fetchone()[0] > 0
     t0 = datetime.now(UTC)
     vault.tenants.delete(gone, confirm=f"DELETE-{gone}", now=t0)
     result = vault.tenants.purge_expired(now=t0 + timedelta(days=31))
@@ -153,6 +162,7 @@ def test_stats_follow_writes_forget_erase_and_purge(vault: MemoryVault, tenant: 
         left = conn.execute(
             "SELECT (SELECT count(*) FROM lexical_df WHERE tenant_id = %(t)s) "
             "+ (SELECT count(*) FROM lexical_scope_stats WHERE tenant_id = %(t)s) "
+            "+ (SELECT count(*) FROM lexical_stat_deltas WHERE tenant_id = %(t)s) "
             "+ (SELECT count(*) FROM memories WHERE tenant_id = %(t)s)", {"t": gone}).fetchone()
     assert left[0] == 0
     assert _drift(vault) == (0, 0)
@@ -202,6 +212,7 @@ def test_installing_the_triggers_recounts_existing_rows(vault: MemoryVault,
             conn.execute(f"DROP TRIGGER {name} ON memories")
         conn.execute("DELETE FROM lexical_df")
         conn.execute("DELETE FROM lexical_scope_stats")
+        conn.execute("DELETE FROM lexical_stat_deltas")
     # written while there are no triggers: only the recount can know about these
     vault.remember_many([{"content": t, "scope": "old"} for t in _texts(7, 4)], principal=who)
     with vault.db.transaction(tenant) as conn:

@@ -6,10 +6,17 @@ never forks. The row is canonicalised once (:func:`mnemovault.audit.chain.build_
 ``row_hash = SHA-256(prev_hash || row_bytes)`` is computed over the stored bytes.
 
 What the lock costs (issue 29): every governed operation appends its row as its last
-statements, so the head is held from the lock to the commit only; inside, one round trip
-reads the head under the lock and one more sends the row, its Merkle nodes, a due
-checkpoint and the new head together (pipeline mode). Every statement still names its
-tenant and locks one row of it (on Citus: one shard, no multi-shard row lock).
+statements, so the head is held from the lock to the commit only. The row is
+canonicalised before the lock with ``seq`` and ``ts`` cut out (:func:`_template`), and one
+statement (``mv_audit_append``, migration 0016) takes the lock, fills them in, hashes the
+row, computes its Merkle nodes and writes the row, the nodes and the head: inside the
+lock there is no round trip to this process and no Python to wait for (under load, most of
+the old critical section was this process getting the GIL back between its two round
+trips). A due checkpoint (every ``checkpoint_rows`` rows or ``checkpoint_seconds``; it is
+signed here, the key is outside the database) adds one statement under the lock. A row
+whose values happen to spell a mark is built the old way (:func:`_append_locked`). Every
+statement still names its tenant and locks one row of it (on Citus: one shard, no
+multi-shard row lock).
 
 The head row also keeps the RFC 9162 compact range of the tenant's Merkle tree; each
 append stores the perfect nodes it completes (so proofs read O(log n) rows) and, every
@@ -30,7 +37,8 @@ from typing import Any
 import psycopg
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from mnemovault.audit.chain import GENESIS_HASH, build_row
+from mnemovault.audit.canonical import canonical_json
+from mnemovault.audit.chain import GENESIS_HASH, build_row, build_row_body
 from mnemovault.audit.checkpoint import (
     generate_signing_key,
     load_private_key,
@@ -115,6 +123,58 @@ def append(
     Raises:
         CanonicalFormError: a value cannot be canonicalised (e.g. an integer beyond ±2^53).
     """
+    parts = _template(tenant=tenant, operation=operation, actor=actor, agent=agent,
+                      memory_ids=memory_ids or [], trigger=trigger,
+                      provenance=provenance or {}, request_id=request_id,
+                      details=details or {})
+    if parts is None:  # a value that spells one of the marks: the row built under the lock
+        return _append_locked(conn, tenant=tenant, operation=operation, actor=actor,
+                              agent=agent, memory_ids=memory_ids, trigger=trigger,
+                              provenance=provenance, request_id=request_id, details=details)
+    # the lock, the row, its Merkle nodes and the head in one statement (module docstring)
+    head = store.append_row(conn, tenant, operation, *parts, GENESIS_HASH)
+    seq = int(head["seq"])
+    now = head["ts"]
+    cp_size, cp_at = int(head["checkpoint_size"]), head["checkpoint_at"]
+    if (seq - cp_size >= config.checkpoint_rows or cp_size == 0
+            or (cp_at is not None
+                and (now - cp_at).total_seconds() >= config.checkpoint_seconds)):
+        root = CompactRange(seq, _peaks(bytes(head["peaks"]))).root()
+        if _write_checkpoint(conn, tenant, seq, root, now):
+            store.update_head_checkpoint(conn, tenant, size=seq, at=now)
+    note_audit_append(tenant)
+    return seq
+
+
+# Stand-ins for ``seq`` and ``ts`` in a row's canonical bytes, cut out and filled in by
+# the database under the head's lock (canonical JSON quotes every string, so these
+# spellings occur only as the two members themselves: checked, with a fallback).
+_SEQ_MARK = 2**53 - 1
+_TS_MARK = "0001-01-01T00:00:00.000000Z"
+_SEQ_TOKEN = b'"seq":' + str(_SEQ_MARK).encode()
+_TS_TOKEN = b'"ts":"' + _TS_MARK.encode() + b'"'
+
+
+def _template(*, tenant: str, **fields: Any) -> tuple[bytes, bytes, bytes] | None:
+    """The row's canonical bytes around its ``seq`` and ``ts`` values: ``(head, mid,
+    tail)`` with ``row_bytes = head + str(seq) + mid + ts + tail``; None when a mark is
+    not found exactly once (then the row is built under the lock instead)."""
+    body = canonical_json(build_row_body(seq=_SEQ_MARK, tenant_id=tenant, ts=_TS_MARK,
+                                         **fields))
+    if body.count(_SEQ_TOKEN) != 1 or body.count(_TS_TOKEN) != 1:
+        return None
+    head, rest = body.split(_SEQ_TOKEN)
+    if _TS_TOKEN not in rest:  # ts before seq: not the canonical order
+        return None
+    mid, tail = rest.split(_TS_TOKEN)
+    return head + b'"seq":', mid + b'"ts":"', b'"' + tail
+
+
+def _append_locked(conn: psycopg.Connection[Any], *, tenant: str, operation: str,
+                   actor: str | None, agent: str | None, memory_ids: list[str] | None,
+                   trigger: str | None, provenance: dict[str, Any] | None,
+                   request_id: str | None, details: dict[str, Any] | None) -> int:
+    """:func:`append` with the row built in Python under the head's lock (the fallback)."""
     head = _head(conn, tenant)  # the lock: held from here until the caller's commit
     seq = int(head["seq"]) + 1
     now = datetime.now(UTC)
@@ -132,9 +192,6 @@ def append(
     note = _checkpoint_note(tenant, seq, cr.root()) if due else None
     if note is not None:
         cp_size, cp_at = seq, now
-    # Every write under the lock in one round trip (psycopg's pipeline mode: the statements
-    # are sent together and their errors raised at the end of the block), so the head stays
-    # locked for two round trips and the commit, not one per statement.
     with conn.pipeline():
         store.insert_row(conn, tenant, seq=seq, ts=now, operation=operation,
                          row_bytes=row_bytes, prev_hash=prev_hash, row_hash=row_hash)

@@ -256,6 +256,7 @@ def run_retention(rt: Runtime, who: Principal, *, dry_run: bool = False,
     now = now or datetime.now(UTC)
     deleted: list[uuid.UUID] = []
     seq = None
+    rt.db.fold_accesses(who.tenant)  # accesses recall recorded for later count here
     with rt.db.transaction(who.tenant) as conn:
         archived = retention.archive(conn, policy, now, dry_run=dry_run)
         if not dry_run:

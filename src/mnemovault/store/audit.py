@@ -52,6 +52,20 @@ def lock_head(conn: psycopg.Connection[Any], tenant: str, genesis_hash: bytes) -
     return dict(head) if not isinstance(head, dict) else head
 
 
+def append_row(conn: psycopg.Connection[Any], tenant: str, operation: str, head: bytes,
+               mid: bytes, tail: bytes, genesis_hash: bytes) -> dict[str, Any]:
+    """Append one row in one statement (``mv_audit_append``, migration 0016): lock the
+    head (created at ``genesis_hash`` if absent), fill ``seq`` and ``ts`` into the row's
+    bytes ``head || seq || mid || ts || tail``, chain and hash it, store it with its Merkle
+    nodes and move the head; the lock stays until the caller's commit. Returns ``{"seq",
+    "ts", "peaks", "checkpoint_size", "checkpoint_at"}`` (the head after the row, with the
+    checkpoint fields as they were)."""
+    row = conn.execute("SELECT * FROM mv_audit_append(%s, %s, %s, %s, %s, %s)",
+                       (tenant, operation, head, mid, tail, genesis_hash)).fetchone()
+    assert row is not None
+    return dict(row) if not isinstance(row, dict) else row
+
+
 def update_head(conn: psycopg.Connection[Any], tenant: str, *, seq: int, head_hash: bytes,
                 peaks: bytes, checkpoint_size: int, checkpoint_at: datetime | None) -> None:
     """Set every field of ``tenant``'s head row (which the caller holds locked with

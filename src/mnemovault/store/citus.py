@@ -283,7 +283,12 @@ def distribute(url: str, app_role: str) -> dict[str, Any] | None:
 
 def trigger_sets() -> list[TriggerSet]:
     """Every migration's ``TRIGGERS`` (a :class:`TriggerSet`, or a tuple of them), in
-    revision-file order: the triggers a migration creates on plain PostgreSQL only."""
+    revision-file order: the triggers a migration creates on plain PostgreSQL only. A set
+    whose functions a later revision's set defines again (all of them, by name: e.g.
+    0016's statistics deltas replacing 0009's bodies) is superseded by it, which takes
+    its place in the order (a set in between may create triggers that call those
+    functions: 0014's). A set without functions of its own supersedes nothing and is
+    superseded by nothing."""
     found: list[TriggerSet] = []
     versions = resources.files("mnemovault.store.migrations") / "versions"
     for name in sorted(p.name for p in versions.iterdir()):
@@ -291,7 +296,15 @@ def trigger_sets() -> list[TriggerSet]:
             continue
         module = importlib.import_module(f"mnemovault.store.migrations.versions.{name[:-3]}")
         sets = getattr(module, "TRIGGERS", ())
-        found += [sets] if isinstance(sets, TriggerSet) else list(sets)
+        for new in [sets] if isinstance(sets, TriggerSet) else list(sets):
+            names = set(new.function_names())
+            old = [i for i, s in enumerate(found)
+                   if names and s.function_names() and set(s.function_names()) <= names]
+            if not old:
+                found.append(new)
+                continue
+            found[old[0]] = new
+            found = [s for i, s in enumerate(found) if i not in old[1:]]
     return found
 
 

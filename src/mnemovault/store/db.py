@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import logging
 import math
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -33,7 +34,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from mnemovault.config import Settings
 from mnemovault.errors import ConfigError, Conflict, InternalError, MnemoError, Unavailable
-from mnemovault.store import citus
+from mnemovault.store import citus, lexstats, memories
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,8 @@ class Database:
         self.embedded_dir = embedded_dir
         self._pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] | None = None
         self.after_commit: list[Callable[[str], object]] = []
+        self._fold_counts: dict[str, int] = {}
+        self._fold_lock = threading.Lock()
         self._tenant_key: bytes | None = None  # read on first use (migration 0005)
         self.citus = False  # the server has Citus (set by open())
         self._sign_ids: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = (
@@ -440,6 +443,49 @@ class Database:
                         hook(t)
                     except Exception:  # a mirror failure never undoes a commit
                         log.exception("after-commit hook failed for a tenant")
+            for t in sorted(pending):
+                self._count_write(t)
+
+    def _count_write(self, tenant: str) -> None:
+        """After an audited commit of ``tenant``: every :data:`lexstats.FOLD_EVERY` of
+        them (in this process), fold its BM25 statistics' deltas and its pending access
+        statistics (migration 0016)."""
+        with self._fold_lock:
+            n = self._fold_counts.get(tenant, 0) + 1
+            self._fold_counts[tenant] = 0 if n >= lexstats.FOLD_EVERY else n
+        if n >= lexstats.FOLD_EVERY:
+            self.fold_lexical(tenant)
+            self.fold_accesses(tenant)
+
+    def fold_accesses(self, tenant: str) -> int:
+        """Count ``tenant``'s accesses waiting in ``memory_accesses`` into their memories
+        (:func:`mnemovault.store.memories.fold_accesses`, a short transaction); how many.
+        Never raises (a failure is logged; they stay for the next fold)."""
+        try:
+            with self.transaction(tenant) as conn:
+                return memories.fold_accesses(conn, tenant)
+        except Exception:
+            log.exception("folding the pending access statistics failed (kept)")
+            return 0
+
+    def fold_lexical(self, tenant: str, scopes: list[str] | None = None, *,
+                     wait: bool = False) -> int:
+        """Fold the BM25 statistics' deltas of ``tenant`` (of ``scopes``; None: every
+        scope that has some) into the base rows, one short transaction per scope
+        (:func:`mnemovault.store.lexstats.fold`); a scope another fold holds is skipped
+        unless ``wait``. How many delta rows were folded. Never raises: the statistics
+        read the same with the deltas unfolded (a failure is logged)."""
+        folded = 0
+        try:
+            if scopes is None:
+                with self.transaction(tenant) as conn:
+                    scopes = lexstats.delta_scopes(conn, tenant)
+            for scope in scopes:
+                with self.transaction(tenant) as conn:
+                    folded += lexstats.fold(conn, tenant, scope, wait=wait) or 0
+        except Exception:
+            log.exception("folding the BM25 statistics' deltas failed (kept unfolded)")
+        return folded
 
     def ping(self) -> None:
         """Run ``SELECT 1`` on an application connection (raises if the database is down)."""

@@ -109,18 +109,73 @@ def by_ids(conn: Conn, tenant: str, ids: Sequence[uuid.UUID], *,
                         "AND id = ANY(%s)", (tenant, list(ids))).fetchall()
 
 
+TOUCH_WAIT = "100ms"
+"""How long recall's access count waits for a row another transaction holds (a forget,
+supersede or archive of it under way) before it records the access for later instead."""
+
+
 def touch(conn: Conn, tenant: str, ids: Sequence[uuid.UUID]) -> None:
     """Count one access of each of ``ids`` (recall's statistics, read by retention and
     wake). Meant for a short transaction of its own after the read: the rows are locked in
-    id order (concurrent touches of the same rows queue for microseconds, never deadlock)
-    and the commit does not wait for the WAL flush (``synchronous_commit = off``: a crash
-    may lose the last few accesses, never a governed change)."""
+    id order (concurrent touches of the same rows queue for microseconds, never deadlock).
+    A recall never queues behind a writer (issue 29): when a row stays locked longer than
+    :data:`TOUCH_WAIT` (a forget, supersede or archive of it is under way), the accesses
+    go to ``memory_accesses`` instead, an append-only table that :func:`fold_accesses`
+    counts into the rows later (after writes, and before the retention job scores). The
+    commit does not wait for the WAL flush (``synchronous_commit = off``: a crash may lose
+    the last few accesses, never a governed change)."""
     conn.execute("SET LOCAL synchronous_commit = off")
-    conn.execute(
-        "UPDATE memories m SET access_count = m.access_count + 1, last_accessed_at = now() "
-        "FROM (SELECT id FROM memories WHERE tenant_id = %(t)s AND id = ANY(%(ids)s) "
-        "ORDER BY id FOR UPDATE) l WHERE m.tenant_id = %(t)s AND m.id = l.id",
-        {"t": tenant, "ids": list(ids)})
+    try:
+        with conn.transaction():  # a savepoint: a timeout undoes the update only
+            conn.execute(f"SET LOCAL lock_timeout = '{TOUCH_WAIT}'")
+            conn.execute(
+                "UPDATE memories m SET access_count = m.access_count + 1, "
+                "last_accessed_at = now() FROM (SELECT id FROM memories WHERE tenant_id = "
+                "%(t)s AND id = ANY(%(ids)s) ORDER BY id FOR UPDATE) l "
+                "WHERE m.tenant_id = %(t)s AND m.id = l.id", {"t": tenant, "ids": list(ids)})
+    except psycopg.errors.LockNotAvailable:
+        _pending(conn, tenant, [(i, 1, None) for i in ids])
+
+
+def _pending(conn: Conn, tenant: str, rows: Sequence[tuple[uuid.UUID, int, Any]]) -> None:
+    """Append accesses (id, count, time or None for now) to ``memory_accesses``."""
+    if not rows:
+        return
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO memory_accesses (tenant_id, memory_id, n, at) "
+            "VALUES (%s, %s, %s, coalesce(%s, now()))",
+            [(tenant, i, n, at) for i, n, at in rows])
+
+
+def fold_accesses(conn: Conn, tenant: str) -> int:
+    """Count the accesses waiting in ``memory_accesses`` into their memories (one short
+    transaction of the caller's): the rows no one else holds are updated, the others'
+    accesses stay for the next fold, those of memories gone are dropped. How many were
+    counted."""
+    taken = conn.execute("DELETE FROM memory_accesses WHERE tenant_id = %s "
+                         "RETURNING memory_id, n, at", (tenant,)).fetchall()
+    if not taken:
+        return 0
+    agg: dict[uuid.UUID, tuple[int, Any]] = {}
+    for r in taken:
+        n, at = agg.get(r["memory_id"], (0, r["at"]))
+        agg[r["memory_id"]] = (n + int(r["n"]), max(at, r["at"]))
+    locked = {r["id"] for r in conn.execute(
+        "SELECT id FROM memories WHERE tenant_id = %s AND id = ANY(%s) ORDER BY id "
+        "FOR UPDATE SKIP LOCKED", (tenant, sorted(agg))).fetchall()}
+    with conn.cursor() as cur:
+        cur.executemany(
+            "UPDATE memories SET access_count = access_count + %s, last_accessed_at = "
+            "greatest(coalesce(last_accessed_at, %s), %s) WHERE tenant_id = %s AND id = %s",
+            [(agg[i][0], agg[i][1], agg[i][1], tenant, i) for i in sorted(locked)])
+    rest = sorted(set(agg) - locked)
+    if rest:  # held by someone: kept for later if the memory is still there
+        alive = {r["id"] for r in conn.execute(
+            "SELECT id FROM memories WHERE tenant_id = %s AND id = ANY(%s)",
+            (tenant, rest)).fetchall()}
+        _pending(conn, tenant, [(i, *agg[i]) for i in rest if i in alive])
+    return sum(agg[i][0] for i in locked)
 
 
 def page(conn: Conn, tenant: str, *, scope: str | None, subject: str | None,

@@ -19,6 +19,7 @@ import numpy as np
 import psycopg
 
 from mnemovault.store.db import tenant_of
+from mnemovault.store.lexstats import SCOPE_STATS, TERM_STATS
 
 
 def filter_sql(tenant: str, scope: str, *, include_archived: bool = False,
@@ -134,7 +135,8 @@ def text_candidates(
     ``idf(t) = ln(1 + (N − df + 0.5)/(df + 0.5))`` (the Lucene form, never negative).
     ``N``, ``avgdl`` and ``df`` are the scope's corpus statistics over its live memories
     (active, not archived), kept by the database in every transaction that changes
-    ``memories`` (migration 0009: ``lexical_scope_stats``, ``lexical_df``). ``tf`` is the
+    ``memories`` (migration 0009's base rows ``lexical_scope_stats``, ``lexical_df`` plus
+    the deltas of migration 0016: :mod:`mnemovault.store.lexstats`). ``tf`` is the
     lexeme's position count and ``|d|`` the document's distinct lexemes (the stored
     ``tsv_length``). Scores sum the terms' contributions in increasing order, so memories
     with equal contributions tie exactly and go by id.
@@ -163,9 +165,8 @@ def text_candidates(
         "s.doc_count, s.total_length, EXISTS (SELECT 1 FROM lexical_postings p "
         "WHERE p.tenant_id = %(tenant)s AND p.scope = %(scope)s AND p.lexeme = q.lexeme) "
         "AS posted FROM q "
-        "LEFT JOIN lexical_scope_stats s ON s.tenant_id = %(tenant)s AND s.scope = %(scope)s "
-        "LEFT JOIN LATERAL (SELECT df, max_tf FROM lexical_df WHERE tenant_id = %(tenant)s "
-        "AND scope = %(scope)s AND lexeme = q.lexeme) d ON true ORDER BY q.lexeme",
+        f"CROSS JOIN ({SCOPE_STATS}) s "
+        f"CROSS JOIN LATERAL ({TERM_STATS.format(lexeme='q.lexeme')}) d ORDER BY q.lexeme",
         {"terms": _terms(terms), "tenant": params["tenant"],
          "scope": params["scope"]}).fetchall()
     if not stats:  # no query term survives stemming and stop words
@@ -548,14 +549,17 @@ def text_candidates_recount(
 
 
 def lexical_stats(conn: psycopg.Connection[Any], scope: str) -> dict[str, Any]:
-    """The maintained corpus statistics of ``scope`` in the current tenant: ``doc_count``,
-    ``total_length`` (0 for an empty scope) and ``df`` (lexeme -> document frequency)."""
-    tenant = tenant_of(conn)
-    row = conn.execute("SELECT doc_count, total_length FROM lexical_scope_stats "
-                       "WHERE tenant_id = %s AND scope = %s", (tenant, scope)).fetchone()
+    """The maintained corpus statistics of ``scope`` in the current tenant (base rows plus
+    deltas, as the BM25 query reads them): ``doc_count``, ``total_length`` (0 for an empty
+    scope) and ``df`` (lexeme -> document frequency; lexemes at 0 left out)."""
+    p = {"tenant": tenant_of(conn), "scope": scope}
+    row = conn.execute(SCOPE_STATS, p).fetchone()
     df = {r["lexeme"]: int(r["df"]) for r in conn.execute(
-        "SELECT lexeme, df FROM lexical_df WHERE tenant_id = %s AND scope = %s",
-        (tenant, scope))}
+        "SELECT lexeme, sum(df)::bigint AS df FROM (SELECT lexeme, df FROM lexical_df "
+        "WHERE tenant_id = %(tenant)s AND scope = %(scope)s UNION ALL "
+        "SELECT lexeme, n FROM lexical_stat_deltas WHERE tenant_id = %(tenant)s "
+        "AND scope = %(scope)s AND lexeme IS NOT NULL) u GROUP BY lexeme "
+        "HAVING sum(df) <> 0", p)}
     return {"doc_count": int(row["doc_count"]) if row else 0,
             "total_length": int(row["total_length"]) if row else 0, "df": df}
 

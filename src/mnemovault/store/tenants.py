@@ -320,6 +320,12 @@ def lock_expired(conn: Conn, tenant: str, now: datetime) -> dict[str, Any] | Non
         (tenant, now)).fetchone()
 
 
+APPEND_AFTER_MEMORIES = ("lexical_stat_deltas",)
+"""Tables the triggers on ``memories`` append to when memories are deleted (migration
+0016's statistics deltas): a purge empties them once more after every table
+(:func:`delete_appended`)."""
+
+
 def tenant_tables(conn: Conn) -> list[str]:
     """Every table of the current schema with a ``tenant_id`` column (partitions left to
     their parent), ordered so that a table comes before every table it references by a
@@ -358,6 +364,14 @@ def delete_rows(conn: Conn, table: str, tenant: str) -> int:
     cur = conn.execute(sql.SQL("DELETE FROM {} WHERE tenant_id = %s").format(
         sql.Identifier(table)), (tenant,))
     return int(cur.rowcount)
+
+
+def delete_appended(conn: Conn, tenant: str) -> None:
+    """After :func:`delete_rows` of every table: delete what deleting ``tenant``'s memories
+    appended (:data:`APPEND_AFTER_MEMORIES`; not rows the tenant had, so not counted)."""
+    for table in APPEND_AFTER_MEMORIES:
+        conn.execute(sql.SQL("DELETE FROM {} WHERE tenant_id = %s").format(
+            sql.Identifier(table)), (tenant,))
 
 
 def chain_state(conn: Conn, tenant: str) -> dict[str, Any]:

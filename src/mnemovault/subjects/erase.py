@@ -140,6 +140,10 @@ def erase(rt: Runtime, who: Principal, *, scope: str, subject: str | None = None
                            "nothing was erased and retrying is safe", field="subject") from None
         raise
     assert out.audit_seq is not None
+    # the erased memories' lexemes leave the BM25 statistics' deltas now, not at the next
+    # fold (migration 0016)
+    if out.deleted:
+        rt.db.fold_lexical(who.tenant, [target.scope], wait=True)
     counts = {"memories": len(out.deleted), "named": len(out.deleted) - len(out.versions)
               - len(out.derived), "versions": len(out.versions), "derived": len(out.derived),
               "vault_values": len(out.shredded), "graph_nodes": out.graph_nodes_removed,

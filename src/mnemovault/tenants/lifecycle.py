@@ -249,6 +249,7 @@ def _purge_one(conn: Any, tenant: str, now: datetime) -> dict[str, Any] | None:
             n = store.delete_rows(conn, table, tenant)
             if n:
                 counts[table] = n
+        store.delete_appended(conn, tenant)
         cp = chain["checkpoint"]
         checkpoint = None if cp is None else {
             "size": int(cp["size"]), "root": bytes(cp["root"]).hex(), "note": cp["note"],

@@ -60,9 +60,13 @@ class TriggerSet:
     def trigger_names(self) -> list[str]:
         return [_trigger_name(t) for t in self.triggers]
 
-    def plain_functions(self) -> list[str]:
-        """``CREATE FUNCTION`` of each function as a plain PostgreSQL server runs it."""
-        return [_function(f.name, f.body) for f in self.functions]
+    def plain_functions(self, *, replace: bool = False) -> list[str]:
+        """``CREATE FUNCTION`` (``replace``: ``CREATE OR REPLACE``) of each function as a
+        plain PostgreSQL server runs it."""
+        return [_function(f.name, f.body, replace=replace) for f in self.functions]
+
+    def function_names(self) -> list[str]:
+        return [f.name for f in self.functions]
 
     def citus_functions(self) -> list[str]:
         """``CREATE OR REPLACE FUNCTION`` of each function for Citus shards (module
