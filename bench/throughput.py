@@ -342,7 +342,7 @@ def bench_remember(embedder: Any, n: int, batch: int, seed: int,
             vault.embedder.embed([c])
             one_embed.append(time.perf_counter() - t)
             t = time.perf_counter()
-            vault.remember(c, scope=BENCH_SCOPE, subject=c.split(":", 1)[0], trigger="bench")
+            vault.remember(c, scope=BENCH_SCOPE, subject=c.split(":", 1)[0])
             one_remember.append(time.perf_counter() - t)
     finally:
         vault.close()
