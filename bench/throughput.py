@@ -280,10 +280,17 @@ def timing_transactions(vault: Any, log: dict[str, float]) -> Iterator[None]:
     orig = vault.db.transaction
     embedder = vault.embedder
 
+    from mnemovault.store import db as store_db
+
     @contextlib.contextmanager
     def timed(tenant: str) -> Iterator[Any]:
         with orig(tenant) as conn:
-            yield TimedConn(conn, log)
+            proxy = TimedConn(conn, log)
+            store_db._tenants[proxy] = tenant  # type: ignore[index]  # tenant_of(proxy)
+            try:
+                yield proxy
+            finally:
+                store_db._tenants.pop(proxy, None)  # type: ignore[call-overload]
 
     vault.db.transaction = timed
     vault.embedder = TimedEmbedder(embedder, log)
@@ -342,7 +349,7 @@ def bench_remember(embedder: Any, n: int, batch: int, seed: int,
             vault.embedder.embed([c])
             one_embed.append(time.perf_counter() - t)
             t = time.perf_counter()
-            vault.remember(c, scope=BENCH_SCOPE, subject=c.split(":", 1)[0], trigger="bench")
+            vault.remember(c, scope=BENCH_SCOPE, subject=c.split(":", 1)[0])
             one_remember.append(time.perf_counter() - t)
     finally:
         vault.close()

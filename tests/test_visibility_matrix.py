@@ -976,6 +976,7 @@ LIBRARY: dict[str, list[str] | str] = {
     "open": "lifecycle", "close": "lifecycle", "principal": "a local principal",
     "health": "service status",
     "procedures": "section", "review": "section", "tenants": "section", "subjects": "section",
+    "lexical": "section",
     "procedures.capture": "receipt", "procedures.new_version": "receipt",
     "procedures.record_run": "run receipt", "procedures.feedback": "the caller's run",
     "procedures.prune": "counts", "procedures.configure": "plugins",
@@ -989,6 +990,8 @@ LIBRARY: dict[str, list[str] | str] = {
     "tenants.status": "tenant state", "tenants.purge_expired": "operator: counts",
     "tenants.purge_log": "operator: audit rows", "tenants.process_outbox": "operator: jobs",
     "tenants.background": "operator: threads", "tenants.authenticate": "a principal",
+    "lexical.on_start": "operator: counts", "lexical.pending": "operator: counts",
+    "lexical.reindex": "operator: counts",
 }
 # the runtime's parts (mv.db, mv.pii, mv.audit...): raw operator access, not governed paths
 LIBRARY_PARTS = {n for n, a in vars(MemoryVault).items() if isinstance(a, _Part)}
