@@ -21,6 +21,8 @@ from mnemovault.errors import ConfigError
 from mnemovault.llm import ChatProvider, make_provider
 from mnemovault.pii.crypto import KeyRing
 from mnemovault.pii.detect import Detector
+from mnemovault.pii.keystore import open_key_store
+from mnemovault.pii.sealing import Sealer
 from mnemovault.pii.vault import PiiVault, embedding_view
 from mnemovault.recall.ranking import FusionWeights
 from mnemovault.store import pii as pii_store
@@ -46,6 +48,7 @@ class Runtime:
     keyring: KeyRing
     text_view: str | None = None
     pii: PiiVault = field(init=False)
+    sealer: Sealer = field(init=False)
     detectors: list[Detector] = field(init=False)
     weights: FusionWeights = field(init=False)
     audit: AuditService = field(init=False)
@@ -61,6 +64,7 @@ class Runtime:
         self.text_view = resolve_text_view(self.db, self.embedder, s, self.text_view)
         self.embedder = self.embedder  # through __setattr__: wrapped in the view
         self.pii = PiiVault(self.keyring)
+        self.sealer = Sealer.of(open_key_store(self.keyring, s.key_store, s.data_dir))
         self.detectors = default_detectors(s)
         self.audit = setup_audit(self.db, s)
         self.weights = FusionWeights(

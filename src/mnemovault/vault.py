@@ -153,6 +153,7 @@ class MemoryVault:
 
     def close(self) -> None:
         self.rt.db.close()
+        self.rt.sealer.store.close()
 
     def __enter__(self) -> MemoryVault:
         return self
