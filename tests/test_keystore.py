@@ -91,8 +91,8 @@ def test_create_get_destroy_and_list(make_store: tuple[KeyRing, object]) -> None
     assert store.destroy(t, [k_ada]) == []  # idempotent
     with pytest.raises(KeyDestroyed):
         store.get(t, k_ada)
-    got, gone = store.unwrap_many(t, [k_ada, k_bob, "ck_" + "0" * 32])
-    assert set(got) == {k_bob} and gone == {k_ada, "ck_" + "0" * 32}
+    got, gone = store.unwrap_many(t, [k_ada, k_bob, "00000000-0000-4000-8000-000000000000"])
+    assert set(got) == {k_bob} and gone == {k_ada, "00000000-0000-4000-8000-000000000000"}
     assert [e.key_id for e in store.destroyed(t)] == [k_ada]
     tomb = store.destroyed(t)[0]
     assert tomb.wrapped is None and tomb.nonce is None and tomb.destroyed_at

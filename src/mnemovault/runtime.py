@@ -65,6 +65,7 @@ class Runtime:
         self.embedder = self.embedder  # through __setattr__: wrapped in the view
         self.pii = PiiVault(self.keyring)
         self.sealer = Sealer.of(open_key_store(self.keyring, s.key_store, s.data_dir))
+        self.db.row_hook = self.sealer.row_hook
         self.detectors = default_detectors(s)
         self.audit = setup_audit(self.db, s)
         self.weights = FusionWeights(

@@ -56,6 +56,7 @@ import secrets
 import tempfile
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -75,8 +76,6 @@ from mnemovault.pii.crypto import (
     seal,
 )
 
-KEY_ID_PREFIX = "ck_"
-
 
 class KeyDestroyed(MnemoError):
     """The content key was destroyed (its owner was erased): records under it read as
@@ -91,12 +90,16 @@ def key_aad(tenant: str, key_id: str, kek_version: int) -> bytes:
 
 
 def new_key_id() -> str:
-    return KEY_ID_PREFIX + secrets.token_hex(16)
+    """A random UUID (the ``memories.key_id`` column's type; the erasure ledger lists
+    destroyed ones with the other erased ids)."""
+    return str(uuid.uuid4())
 
 
 def valid_key_id(key_id: str) -> bool:
-    return (key_id.startswith(KEY_ID_PREFIX) and len(key_id) == len(KEY_ID_PREFIX) + 32
-            and all(c in "0123456789abcdef" for c in key_id[len(KEY_ID_PREFIX):]))
+    try:
+        return str(uuid.UUID(key_id)) == key_id
+    except (ValueError, TypeError, AttributeError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -397,7 +400,7 @@ class DirectoryKeyStore(KeyStore):
         for d in dirs:
             if not d.is_dir():
                 continue
-            for p in sorted(d.glob(f"{KEY_ID_PREFIX}*.json")):
+            for p in sorted(d.glob("*-*-*-*-*.json")):
                 with contextlib.suppress(FileNotFoundError):
                     yield _decode(p.read_bytes(), p)
 

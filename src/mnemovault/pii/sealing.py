@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +83,33 @@ class Sealer:
     def key_for(self, tenant: str, owner: Owner) -> tuple[str, bytes]:
         return self.cache.for_owner(tenant, owner)
 
+    def writer(self, tenant: str, fingerprint_key: bytes) -> SealWriter:
+        """Seals the texts of one write transaction (the caller holds the wrap lock in
+        share mode: :func:`mnemovault.store.pii.lock_wrap`)."""
+        return SealWriter(self, tenant, fingerprint_key)
+
+    def row_hook(self, tenant: str, row: dict[str, Any]) -> dict[str, Any]:
+        """:attr:`mnemovault.store.db.Database.row_hook`: open a row's sealed columns (a
+        ``memories`` row: ``content_sealed`` under ``key_id``). A row under a destroyed key
+        reads as :data:`ERASED` with ``erased`` True; a row not sealed yet (``key_id``
+        NULL, before ``db seal``) keeps its plaintext."""
+        if "content_sealed" not in row:
+            return row
+        kid = row.get("key_id")
+        blob = row.pop("content_sealed")
+        if kid is None or blob is None:
+            return row
+        kid = str(kid)
+        keys, _gone = self.cache.keys(tenant, [kid])
+        key = keys.get(kid)
+        if key is None:
+            row["content"] = ERASED
+            row["erased"] = True
+            return row
+        row["content"] = open_text(key, blob, content_aad(tenant, "memories", "content",
+                                                          row["id"], kid))
+        return row
+
     def seal(self, tenant: str, key_id: str, key: bytes, table: str, column: str,
              row_id: object, text: str) -> bytes:
         return seal_text(key, text, content_aad(tenant, table, column, row_id, key_id))
@@ -114,3 +142,28 @@ class Sealer:
             if key is None:
                 r["erased"] = True
         return list(rows)
+
+
+class SealWriter:
+    """The owner keys of one write transaction, looked up once each."""
+
+    def __init__(self, sealer: Sealer, tenant: str, fingerprint_key: bytes) -> None:
+        self.sealer = sealer
+        self.tenant = tenant
+        self.fingerprint_key = fingerprint_key
+        self._keys: dict[tuple[str, str | None], tuple[str, bytes]] = {}
+
+    def key(self, scope: str, subject: str | None) -> tuple[str, bytes]:
+        got = self._keys.get((scope, subject))
+        if got is None:
+            got = self.sealer.key_for(self.tenant,
+                                      owner_of(self.fingerprint_key, scope, subject))
+            self._keys[(scope, subject)] = got
+        return got
+
+    def content(self, scope: str, subject: str | None, row_id: object,
+                text: str) -> tuple[uuid.UUID, bytes]:
+        """``(key id, sealed content)`` of a ``memories`` row."""
+        kid, key = self.key(scope, subject)
+        return uuid.UUID(kid), seal_text(key, text, content_aad(self.tenant, "memories",
+                                                                "content", row_id, kid))

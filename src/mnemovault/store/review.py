@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from mnemovault.store.memories import COLUMNS
+from mnemovault.store.memories import COLUMNS, INSERT_COLUMNS
 
 Conn = psycopg.Connection[Any]
 
@@ -60,9 +60,8 @@ def insert_held(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
         return
     with conn.cursor() as cur:
         cur.executemany(
-            "INSERT INTO memories (tenant_id, id, scope, subject_id, type, content, key, "
-            "embedding, created_at, updated_at, provenance, parent_id, version, status) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'pending_review')",
+            f"INSERT INTO memories ({INSERT_COLUMNS}, status) "
+            f"VALUES ({', '.join(['%s'] * 15)}, 'pending_review')",
             rows,
         )
 

@@ -138,8 +138,11 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
         # detectors found in it (a placeholder typed into it is quoted: visibility)
         kept = visibility_store.carried_by(conn, who.tenant, mid)
         graph.delete_support(conn, [mid])
+        key_id, sealed = pii.content_writer(rt, conn, who.tenant).content(
+            locked["scope"], locked["subject_id"], mid, text)
         new = subject_store.replace_content(conn, who.tenant, mid, text, vector,
-                                            datetime.now(UTC), flags=flags)
+                                            datetime.now(UTC), key_id=key_id, sealed=sealed,
+                                            flags=flags)
         status = str(new["status"])
         if held and status in ("active", "pending_review"):  # the gate holds the new text
             review_store.hold(conn, who.tenant, [mid], captured_by=who.actor)
