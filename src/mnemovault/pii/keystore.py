@@ -59,11 +59,11 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from mnemovault.errors import ConfigError, MnemoError
 from mnemovault.pii.crypto import (
@@ -75,6 +75,9 @@ from mnemovault.pii.crypto import (
     open_sealed,
     seal,
 )
+from mnemovault.store import content_keys as sql
+
+T = TypeVar("T")
 
 
 class KeyDestroyed(MnemoError):
@@ -453,27 +456,10 @@ def _shred_in_place(path: Path) -> None:
 
 
 # -- PostgreSQL store ----------------------------------------------------------------------
-_PG_SCHEMA = """
-CREATE TABLE IF NOT EXISTS mv_content_keys (
-    tenant_id text NOT NULL,
-    key_id text PRIMARY KEY,
-    scope_fp text NOT NULL,
-    subject_fp text,
-    kek_version integer,
-    nonce bytea,
-    wrapped bytea,
-    created_at timestamptz NOT NULL DEFAULT now(),
-    destroyed_at timestamptz,
-    CHECK ((destroyed_at IS NULL) = (wrapped IS NOT NULL))
-);
-CREATE UNIQUE INDEX IF NOT EXISTS mv_content_keys_owner ON mv_content_keys
-    (tenant_id, scope_fp, coalesce(subject_fp, '')) WHERE destroyed_at IS NULL;
-"""
-
-
 class PostgresKeyStore(KeyStore):
-    """Keys in a table of a separate PostgreSQL database (``url``); module docstring. One
-    autocommit connection per process, guarded by a lock (key-store calls are few and
+    """Keys in a table of a separate PostgreSQL database (``url``; SQL in
+    :mod:`mnemovault.store.content_keys`); module docstring. One autocommit connection per
+    process, guarded by a lock and reopened once if it broke (key-store calls are few and
     short: the cache in front of it answers the reads)."""
 
     def __init__(self, keyring: KeyRing, url: str) -> None:
@@ -484,7 +470,7 @@ class PostgresKeyStore(KeyStore):
         self._lock = threading.Lock()
         try:
             self._conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
-            self._conn.execute(_PG_SCHEMA)
+            sql.create_schema(self._conn)
         except psycopg.Error as exc:
             raise ConfigError(f"key_store: cannot use the PostgreSQL key store "
                               f"({type(exc).__name__}: {str(exc).strip()[:200]})",
@@ -497,22 +483,17 @@ class PostgresKeyStore(KeyStore):
         with self._lock:
             self._conn.close()
 
-    def _q(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def _q(self, fn: Callable[..., T], *args: Any) -> T:
         import psycopg
 
         with self._lock:
-            for attempt in (1, 2):
-                try:
-                    cur = self._conn.execute(sql, params)
-                    return cur.fetchall() if cur.description else []
-                except psycopg.OperationalError:
-                    if attempt == 2 or not self._conn.closed:
-                        raise
-                    self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
-        raise AssertionError("unreachable")
-
-    _COLS = ("tenant_id, key_id, scope_fp, subject_fp, kek_version, nonce, wrapped, "
-             "created_at, destroyed_at")
+            try:
+                return fn(self._conn, *args)
+            except psycopg.OperationalError:
+                if not self._conn.closed:
+                    raise
+                self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+                return fn(self._conn, *args)
 
     @staticmethod
     def _entry(r: tuple[Any, ...]) -> StoredKey:
@@ -522,63 +503,36 @@ class PostgresKeyStore(KeyStore):
                          bytes(r[6]) if r[6] is not None else None, ts(r[7]) or "", ts(r[8]))
 
     def _current_id(self, tenant: str, owner: Owner) -> str | None:
-        rows = self._q("SELECT key_id FROM mv_content_keys WHERE tenant_id = %s AND scope_fp "
-                       "= %s AND coalesce(subject_fp, '') = %s AND destroyed_at IS NULL",
-                       (tenant, owner.scope_fp, owner.subject_fp or ""))
-        return rows[0][0] if rows else None
+        return self._q(sql.current, tenant, owner.scope_fp, owner.subject_fp)
 
     def _create(self, tenant: str, owner: Owner, key_id: str, kek_version: int,
                 sealed: Sealed) -> str:
-        rows = self._q(
-            "INSERT INTO mv_content_keys (tenant_id, key_id, scope_fp, subject_fp, "
-            "kek_version, nonce, wrapped) VALUES (%s, %s, %s, %s, %s, %s, %s) "
-            "ON CONFLICT DO NOTHING RETURNING key_id",
-            (tenant, key_id, owner.scope_fp, owner.subject_fp, kek_version, sealed.nonce,
-             sealed.ciphertext))
-        if rows:
+        if self._q(sql.insert, tenant, key_id, owner.scope_fp, owner.subject_fp,
+                   kek_version, sealed.nonce, sealed.ciphertext):
             return key_id
         live = self._current_id(tenant, owner)
-        if live is None:  # destroyed between the conflict and the read: try once more
+        if live is None:  # destroyed between the conflict and the read: once more
             return self._create(tenant, owner, new_key_id(), kek_version, sealed)
         return live
 
     def _read(self, tenant: str, key_ids: Sequence[str]) -> dict[str, StoredKey]:
-        rows = self._q(f"SELECT {self._COLS} FROM mv_content_keys WHERE tenant_id = %s "
-                       "AND key_id = ANY(%s)", (tenant, list(key_ids)))
-        return {r[1]: self._entry(r) for r in rows}
+        return {r[1]: self._entry(r) for r in self._q(sql.read, tenant, list(key_ids))}
 
     def _destroy(self, tenant: str, key_ids: Sequence[str]) -> None:
-        self._q("INSERT INTO mv_content_keys (tenant_id, key_id, scope_fp, destroyed_at) "
-                "SELECT %s, k, '', now() FROM unnest(%s::text[]) k "
-                "ON CONFLICT (key_id) DO UPDATE SET nonce = NULL, wrapped = NULL, "
-                "kek_version = NULL, destroyed_at = coalesce(mv_content_keys.destroyed_at, "
-                "now())", (tenant, list(key_ids)))
-        with contextlib.suppress(Exception):  # space reuse; the KEK protects old versions
-            self._q("VACUUM mv_content_keys")
+        self._q(sql.destroy, tenant, list(key_ids))
 
     def _rewrap(self, entry: StoredKey, kek_version: int, sealed: Sealed) -> None:
-        self._q("UPDATE mv_content_keys SET kek_version = %s, nonce = %s, wrapped = %s "
-                "WHERE key_id = %s AND destroyed_at IS NULL",
-                (kek_version, sealed.nonce, sealed.ciphertext, entry.key_id))
+        self._q(sql.rewrap, entry.key_id, kek_version, sealed.nonce, sealed.ciphertext)
 
     def entries(self, tenant: str | None = None) -> Iterator[StoredKey]:
-        rows = self._q(f"SELECT {self._COLS} FROM mv_content_keys WHERE "
-                       "(%s::text IS NULL OR tenant_id = %s) ORDER BY tenant_id, key_id",
-                       (tenant, tenant))
-        for r in rows:
+        for r in self._q(sql.entries, tenant):
             yield self._entry(r)
 
     def owned(self, tenant: str, scope_fp: str, subject_fp: str | None) -> list[str]:
-        rows = self._q("SELECT key_id FROM mv_content_keys WHERE tenant_id = %s AND "
-                       "scope_fp = %s AND (%s::text IS NULL OR subject_fp = %s) AND "
-                       "destroyed_at IS NULL ORDER BY key_id",
-                       (tenant, scope_fp, subject_fp, subject_fp))
-        return [r[0] for r in rows]
+        return self._q(sql.owned, tenant, scope_fp, subject_fp)
 
     def versions(self) -> dict[int, int]:
-        return {r[0]: r[1] for r in self._q(
-            "SELECT kek_version, count(*) FROM mv_content_keys WHERE destroyed_at IS NULL "
-            "GROUP BY kek_version")}
+        return self._q(sql.versions)
 
 
 # -- the per-process cache -----------------------------------------------------------------
