@@ -112,7 +112,17 @@ class Runtime:
         db.open()
         if not settings.pii_pseudonymize:
             log.warning("PII_PSEUDONYMIZE=false: personal values are stored as written")
-        return cls(db, embedder, settings, keyring, text_view=view)
+        rt = cls(db, embedder, settings, keyring, text_view=view)
+        missing = sorted(set(rt.sealer.store.versions()) - set(keyring.keys))
+        if missing:
+            rt.sealer.store.close()
+            db.close()
+            raise ConfigError(
+                f"kek: the key store {rt.sealer.store!r} holds content keys wrapped under KEK "
+                f"version(s) {missing}, which {keyring.path or 'MNEMOVAULT_KEK'} does not "
+                "have; restore the original key file (or set MNEMOVAULT_KEK_FILE to it)",
+                field="kek")
+        return rt
 
 
 def view_embedder(embedder: Embedder, view: str) -> ViewEmbedder:
