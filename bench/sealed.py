@@ -61,6 +61,10 @@ class _NoSeal:
                 text: str) -> tuple[None, None]:
         return None, None
 
+    def memory_key(self, scope: str, subject: str | None, row_id: object,
+                   key: str | None) -> tuple[str | None, None]:
+        return key, None
+
 
 def _text(rng: random.Random) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(12))

@@ -143,3 +143,24 @@ def test_a_procedure_and_a_rectified_memory_are_sealed(vault: MemoryVault,
     raw = _stored(vault, tenant, r.id)
     assert b"canary-9" not in bytes(raw["blob"])
     assert vault.get(r.id, principal=who).content == "Hal corrected canary-9"
+
+
+def test_the_upsert_key_is_a_keyed_hash_and_versions_still_follow_it(
+        vault: MemoryVault, tenant: str) -> None:
+    who = vault.principal(tenant)
+    v1 = vault.remember("Ivy lives in Paris", scope="s", subject="ivy",
+                        key="ivy-home-canary-10", principal=who)
+    v2 = vault.remember("Ivy lives in Rome", scope="s", subject="ivy",
+                        key="ivy-home-canary-10", principal=who)
+    assert v2.superseded == v1.id and v2.version == 2
+    with vault.db.transaction(tenant) as conn:
+        raw = conn.execute("SELECT key, key_sealed AS ks FROM memories WHERE tenant_id = %s "
+                           "AND id = %s", (tenant, v2.id)).fetchone()
+    assert raw is not None and raw["key"].startswith("h1:") and "canary" not in raw["key"]
+    assert b"canary-10" not in bytes(raw["ks"])
+    got = vault.get(v2.id, principal=who)
+    assert got.key == "ivy-home-canary-10" and got.content == "Ivy lives in Rome"
+    vault.subjects.erase("ivy", scope="s", principal=who)
+    again = vault.remember("Ivy is back", scope="s", subject="ivy", key="ivy-home-canary-10",
+                           principal=who)
+    assert again.version == 1 and again.superseded is None

@@ -386,16 +386,18 @@ def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: 
     for p, vec in zip(prepared, vectors, strict=True):
         mid = uuid7()
         key_id, sealed = sealer.content(p.item.scope, p.item.subject, mid, p.content)
+        stored_key, key_sealed = sealer.memory_key(p.item.scope, p.item.subject, mid,
+                                                   p.item.key)
         parent, version, superseded = None, 1, None
-        if p.item.key is not None:
+        if stored_key is not None:
             parent, version, superseded = _next_version(conn, who.tenant, p.item.scope,
-                                                        p.item.key, now, held)
+                                                        stored_key, now, held)
             displaced += held and superseded is not None
         row = (who.tenant, mid, p.item.scope, p.item.subject, p.item.type,
-               store_memories.stored_plaintext(p.content), p.item.key, vec,
+               store_memories.stored_plaintext(p.content), stored_key, vec,
                p.item.created_at or now, now,
                Jsonb(p.item.provenance.model_dump(exclude_none=True)), parent, version,
-               key_id, sealed)
+               key_id, sealed, key_sealed)
         if p.item.key is not None:  # before the next item may supersede it
             (store_review.insert_held if held else store_memories.insert)(conn, [row])
         else:

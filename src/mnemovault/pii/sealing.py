@@ -69,6 +69,11 @@ def term_hash(fingerprint_key: bytes, purpose: str, value: str) -> bytes:
     return hmac.new(fingerprint_key, msg, hashlib.sha256).digest()[:16]
 
 
+def key_hash(fingerprint_key: bytes, key: str) -> str:
+    """``h1:<32 hex>``: what the ``memories.key`` column holds for a sealed row."""
+    return "h1:" + term_hash(fingerprint_key, "memory-key", key).hex()
+
+
 @dataclass
 class Sealer:
     """Seals and opens texts of one process (key store + its cache)."""
@@ -97,6 +102,9 @@ class Sealer:
             return row
         kid = row.get("key_id")
         blob = row.pop("content_sealed")
+        kblob = row.pop("key_sealed", None)
+        if "key" in row:
+            row["key_hash"] = row["key"]  # what SQL compares (key_versions, supersede)
         if kid is None or blob is None:
             return row
         kid = str(kid)
@@ -104,10 +112,15 @@ class Sealer:
         key = keys.get(kid)
         if key is None:
             row["content"] = ERASED
+            if kblob is not None:
+                row["key"] = ERASED
             row["erased"] = True
             return row
         row["content"] = open_text(key, blob, content_aad(tenant, "memories", "content",
                                                           row["id"], kid))
+        if kblob is not None:
+            row["key"] = open_text(key, kblob, content_aad(tenant, "memories", "key",
+                                                           row["id"], kid))
         return row
 
     def seal(self, tenant: str, key_id: str, key: bytes, table: str, column: str,
@@ -160,6 +173,19 @@ class SealWriter:
                                       owner_of(self.fingerprint_key, scope, subject))
             self._keys[(scope, subject)] = got
         return got
+
+    def key_hash(self, key: str) -> str:
+        """The stored (compared) form of a memory's upsert key: its keyed hash."""
+        return key_hash(self.fingerprint_key, key)
+
+    def memory_key(self, scope: str, subject: str | None, row_id: object,
+                   key: str | None) -> tuple[str | None, bytes | None]:
+        """``(stored key, key_sealed)`` of a ``memories`` row's upsert key (None: none)."""
+        if key is None:
+            return None, None
+        kid, k = self.key(scope, subject)
+        return self.key_hash(key), seal_text(k, key, content_aad(
+            self.tenant, "memories", "key", row_id, kid))
 
     def content(self, scope: str, subject: str | None, row_id: object,
                 text: str) -> tuple[uuid.UUID, bytes]:

@@ -23,17 +23,18 @@ import psycopg
 COLUMNS = (
     "id, scope, subject_id, type, content, key, pinned, archived, status, created_at, "
     "updated_at, last_accessed_at, access_count, provenance, parent_id, version, key_id, "
-    "content_sealed"
+    "content_sealed, key_sealed"
 )
 """The columns a :class:`~mnemovault.models.Memory` is built from (never the embedding).
 ``content_sealed`` under ``key_id`` is opened into ``content`` by the connection's row
 factory (:meth:`mnemovault.store.db.Database._row_factory`), so every reader gets the
-text, or ``[erased]`` when its key was destroyed."""
+text, or ``[erased]`` when its key was destroyed; ``key`` likewise from ``key_sealed`` (the
+stored ``key`` column, a keyed hash, stays in ``key_hash``)."""
 
 INSERT_COLUMNS = ("tenant_id, id, scope, subject_id, type, content, key, embedding, "
                   "created_at, updated_at, provenance, parent_id, version, key_id, "
-                  "content_sealed")
-_ROW = "(" + ", ".join(["%s"] * 15) + ")"
+                  "content_sealed, key_sealed")
+_ROW = "(" + ", ".join(["%s"] * 16) + ")"
 
 # Until the lexical index stops reading memories.content (migration 0014_hashed_terms,
 # branch lex), the plaintext column is written too; then it is written empty.
@@ -75,14 +76,14 @@ def supersede(conn: Conn, tenant: str, scope: str, key: str,
 def insert(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
     """Insert memories. Each row: (tenant_id, id, scope, subject_id, type, content, key,
     embedding, created_at, updated_at, provenance (Jsonb), parent_id, version, key_id,
-    content_sealed) (:data:`INSERT_COLUMNS`)."""
+    content_sealed, key_sealed) (:data:`INSERT_COLUMNS`)."""
     if not rows:
         return
     with conn.cursor() as cur:
         cur.executemany(f"INSERT INTO memories ({INSERT_COLUMNS}) VALUES {_ROW}", rows)
 
 
-_ROWS_PER_STATEMENT = 1000  # 15 parameters a row: far below PostgreSQL's 65,535
+_ROWS_PER_STATEMENT = 1000  # 16 parameters a row: far below PostgreSQL's 65,535
 
 
 def insert_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -328,20 +329,21 @@ def under_keys(conn: Conn, tenant: str, key_ids: Sequence[uuid.UUID]) -> list[uu
 
 def unsealed(conn: Conn, tenant: str, limit: int) -> list[dict[str, Any]]:
     """Up to ``limit`` rows written before sealing (``key_id`` NULL), locked, in id order:
-    ``id``, ``scope``, ``subject_id``, ``content``."""
+    ``id``, ``scope``, ``subject_id``, ``content``, ``key``."""
     return conn.execute(
-        "SELECT id, scope, subject_id, content FROM memories WHERE tenant_id = %s AND "
+        "SELECT id, scope, subject_id, content, key FROM memories WHERE tenant_id = %s AND "
         "key_id IS NULL ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED",
         (tenant, limit)).fetchall()
 
 
-def set_sealed(conn: Conn, tenant: str, rows: Sequence[tuple[uuid.UUID, uuid.UUID, bytes,
-                                                             str]]) -> None:
-    """Seal rows in place: each (id, key_id, content_sealed, plaintext column)."""
+def set_sealed(conn: Conn, tenant: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Seal rows in place: each (id, key_id, content_sealed, plaintext column, stored key,
+    key_sealed)."""
     with conn.cursor() as cur:
-        cur.executemany("UPDATE memories SET key_id = %s, content_sealed = %s, content = %s "
-                        "WHERE tenant_id = %s AND id = %s",
-                        [(k, blob, plain, tenant, i) for i, k, blob, plain in rows])
+        cur.executemany("UPDATE memories SET key_id = %s, content_sealed = %s, content = %s, "
+                        "key = %s, key_sealed = %s WHERE tenant_id = %s AND id = %s",
+                        [(k, blob, plain, skey, kblob, tenant, i)
+                         for i, k, blob, plain, skey, kblob in rows])
 
 
 def delete(conn: Conn, tenant: str, ids: Sequence[uuid.UUID]) -> None:

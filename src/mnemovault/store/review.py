@@ -61,7 +61,7 @@ def insert_held(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
     with conn.cursor() as cur:
         cur.executemany(
             f"INSERT INTO memories ({INSERT_COLUMNS}, status) "
-            f"VALUES ({', '.join(['%s'] * 15)}, 'pending_review')",
+            f"VALUES ({', '.join(['%s'] * 16)}, 'pending_review')",
             rows,
         )
 

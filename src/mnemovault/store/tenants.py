@@ -255,12 +255,15 @@ def memories_after(conn: Conn, tenant: str, after: uuid.UUID | None,
     come); ``content`` opened from its sealed form (``[erased]`` under a destroyed key)."""
     rows = conn.execute(
         "SELECT id, to_jsonb(m) - 'embedding' - 'tsv' - 'tsv_length' - 'tenant_id' "
-        "- 'content_sealed' AS row, content, key_id, content_sealed "
+        "- 'content_sealed' - 'key_sealed' AS row, content, key, key_id, content_sealed, "
+        "key_sealed "
         "FROM memories m WHERE tenant_id = %s AND (%s::uuid IS NULL OR id > %s) "
         "ORDER BY id LIMIT %s", (tenant, after, after, limit)).fetchall()
     for r in rows:  # the content as opened by the row factory (sealed: its plaintext)
         r["row"]["content"] = r.pop("content")
-        r.pop("key_id", None)
+        r["row"]["key"] = r.pop("key")
+        for k in ("key_id", "key_hash"):
+            r.pop(k, None)
         r.pop("erased", None)
     return list(rows)
 

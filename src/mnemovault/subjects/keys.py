@@ -86,8 +86,11 @@ def seal_existing(rt: Runtime, *, batch: int = SEAL_BATCH,
                     for r in rows:
                         kid, blob = writer.content(r["scope"], r["subject_id"], r["id"],
                                                    r["content"])
+                        skey, kblob = writer.memory_key(r["scope"], r["subject_id"], r["id"],
+                                                        r["key"])
                         sealed.append((r["id"], kid, blob,
-                                       memory_store.stored_plaintext(r["content"])))
+                                       memory_store.stored_plaintext(r["content"]), skey,
+                                       kblob))
                     memory_store.set_sealed(conn, tenant, sealed)
                 total += len(rows)
                 if progress is not None:

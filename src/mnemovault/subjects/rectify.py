@@ -120,7 +120,7 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
             raise NotFound("id: no memory with this id", field="id")
         if (held and locked["status"] == "active" and locked["key"] is not None
                 and review_store.key_versions(conn, who.tenant, locked["scope"],
-                                              locked["key"])[1] is not None):
+                                              locked["key_hash"])[1] is not None):
             raise Conflict("id: its key has a version pending review; approve or reject "
                            "that one first (a key waits on one pending version), or "
                            "rectify the pending one", field="id")
