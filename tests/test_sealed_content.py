@@ -164,3 +164,23 @@ def test_the_upsert_key_is_a_keyed_hash_and_versions_still_follow_it(
     again = vault.remember("Ivy is back", scope="s", subject="ivy", key="ivy-home-canary-10",
                            principal=who)
     assert again.version == 1 and again.superseded is None
+
+
+def test_kek_rotation_with_retire_rewraps_the_key_store(vault: MemoryVault,
+                                                        tenant: str) -> None:
+    """The session vault's key ring is its key file: rotate and retire for real (other
+    tests' values stay readable: everything is rewrapped first)."""
+    who = vault.principal(tenant)
+    r = vault.remember("Jo rotation canary-11", scope="s", subject="jo", principal=who)
+    store = vault.rt.sealer.store
+    before = store.versions()
+    assert before
+    res = vault.rotate_kek(retire=True)
+    new = res["kek_version"]
+    assert res["content_keys"] >= 1 and res["retired"]
+    assert set(store.versions()) == {new}
+    assert not store.not_under(new)
+    vault.rt.sealer.cache.evict(tenant, [str(_stored(vault, tenant, r.id)["key_id"])])
+    assert vault.get(r.id, principal=who).content == "Jo rotation canary-11"
+    with pytest.raises(MnemoError):  # the retired versions are gone from the ring
+        vault.rt.keyring.kek(min(before))

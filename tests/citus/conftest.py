@@ -35,6 +35,8 @@ SUBSET = (
     "tests/test_lexical_stats.py",  # BM25 statistics kept by triggers (on the shards)
     "tests/test_retention.py",      # the retention job over every tenant, its scheduler
     "tests/test_postings.py",       # BM25 postings kept by triggers (on the shards), top-n
+    "tests/test_sealed_content.py", # content sealed under keys outside the database
+    "tests/test_keystore.py",       # the key stores (directory, PostgreSQL)
 )
 
 _EMBEDDED = ("makes a database of its own next to the session's by renaming the embedded "
