@@ -124,6 +124,7 @@ def _lexical(mv: Any, tenant: str, repeat: int) -> dict[str, Any]:
     and p95 over ``repeat`` queries, and the paths it took; and the same queries with a
     type filter that every bench memory passes (``lexical_scan_*``: the same rows and
     ranking, from the scan over ``memories``: the baseline of the postings path)."""
+    from mnemovault.recall import terms
     from mnemovault.store import search
 
     out: dict[str, Any] = {}
@@ -134,8 +135,10 @@ def _lexical(mv: Any, tenant: str, repeat: int) -> dict[str, Any]:
             explain: dict[str, Any] = {}
             with mv.rt.db.transaction(tenant) as conn:
                 t0 = time.perf_counter()
-                rows = search.text_candidates(conn, LEXICAL[i % len(LEXICAL)], where, params,
-                                              50, explain=explain)
+                key = terms.tenant_key(mv.rt.pii, conn, tenant)
+                assert key is not None
+                rows = search.text_candidates(conn, terms.query(key, LEXICAL[i % len(LEXICAL)]),
+                                              where, params, 50, explain=explain)
                 if i:  # the first one warms
                     times.append((time.perf_counter() - t0) * 1000)
             if not rows:

@@ -300,6 +300,47 @@ def dia_ids_of(hits: list[Any]) -> list[str]:
     return [str(h.memory.provenance.get("dia_id")) for h in hits]
 
 
+# -- lexical parity --------------------------------------------------------------------------
+
+def lexical_parity(vault: Any, tenant: str, texts: list[str],
+                   scopes: list[str]) -> dict[str, Any] | None:
+    """How often :func:`mnemovault.recall.terms.analyse` gives exactly PostgreSQL's
+    ``to_tsvector('english', ...)`` lexemes with their position counts, over the importer's
+    turn strings (``turns``) and the stored, pseudonymised contents (``stored``); with up
+    to 20 of the texts that differ and the lexemes (ours, PostgreSQL's) that do. None
+    before migration 0014 (no Python analyser)."""
+    try:
+        from mnemovault.recall import terms
+    except ImportError:
+        return None
+    with vault.db.transaction(tenant) as conn:
+        stored = [r["content"] for r in conn.execute(
+            "SELECT content FROM memories WHERE scope = ANY(%s) ORDER BY id", (scopes,))]
+    out: dict[str, Any] = {}
+    for name, group in (("turns", texts), ("stored", stored)):
+        with vault.db.transaction(tenant) as conn:
+            rows = conn.execute(
+                "SELECT t, (SELECT coalesce(json_object_agg(lexeme, "
+                "coalesce(array_length(positions, 1), 1)), '{}') "
+                "FROM unnest(to_tsvector('english', t))) AS pg "
+                "FROM unnest(%s::text[]) WITH ORDINALITY u(t, i) ORDER BY i", (group,)
+            ).fetchall()
+        same, diffs = 0, []
+        for r in rows:
+            ours = {lx: len(pos) for lx, pos in terms.analyse(r["t"]).items()}
+            if ours == r["pg"]:
+                same += 1
+            elif len(diffs) < 20:
+                diffs.append({"text": r["t"][:200],
+                              "ours": sorted(set(ours.items()) - set(r["pg"].items())),
+                              "postgresql": sorted(set(r["pg"].items()) - set(ours.items()))})
+        out[name] = {"texts": len(rows), "identical": same,
+                     "share": round(same / max(len(rows), 1), 4), "differing": diffs}
+    progress(f"lexical parity with to_tsvector: turns {out['turns']['share']}, stored "
+             f"{out['stored']['share']}")
+    return out
+
+
 # -- main ------------------------------------------------------------------------------------
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -421,6 +462,8 @@ def main(argv: list[str] | None = None) -> int:
                            "turns_per_second": round(len(items) / secs, 1),
                            "batch": args.batch}
         result["import"] = import_info
+        result["lexical_parity"] = lexical_parity(vault, tenant, [it.content for it in items],
+                                                  scopes)
 
         turns = stored_turns(vault, scopes)
         id_to_dia = {mid: dia for ts in turns.values() for mid, dia, _ in ts}

@@ -5,7 +5,8 @@
     on the same texts, in the same run, interleaved batch by batch so that drift in machine
     load hits both alike. The ratio remember/embed (<= 1) is the share of the write path's
     time that is the embedding; 1 - ratio is everything that is ours (validation, the
-    transaction, the insert with its HNSW and GIN maintenance, the audit row).
+    transaction, the insert with its HNSW and GIN maintenance, the audit row). Then
+    ``--single`` single ``remember`` calls, each next to embed-only of its text (p50/p95).
 (b) recall: with N memories in one scope (N = 1k, 10k, 100k; one fresh database per N),
     p50/p95 of ``recall(k=10, touch=False)`` over ~50 queries, next to the bare exact SQL
     query ``SELECT id FROM memories WHERE scope = %s ORDER BY embedding <=> %s LIMIT 10``
@@ -22,6 +23,11 @@ Usage::
     python bench/throughput.py --out bench/results/throughput.json
     python bench/throughput.py --sizes 1000,10000 --queries 50
     python bench/throughput.py --quick            # 1k only, fewer queries (for CI)
+
+A baseline of another tree's code in the same session: this file with that tree's
+``src`` first on ``PYTHONPATH`` (``git archive main | tar -x -C /tmp/base``, then
+``PYTHONPATH=/tmp/base/src python bench/throughput.py ...``); it works with the code from
+before migration 0014 (whose database derived the lexical terms itself).
 
 The JSON result goes to stdout (and ``--out``), progress to stderr.
 """
@@ -305,8 +311,11 @@ def open_vault(data_dir: Path, embedder: Any | None = None) -> Any:
 # -- (a) remember throughput -----------------------------------------------------------------
 
 def bench_remember(embedder: Any, n: int, batch: int, seed: int,
-                   tmp_root: Path) -> dict[str, Any]:
+                   tmp_root: Path, single: int = 0) -> dict[str, Any]:
+    """``remember_many`` in batches of ``batch`` against embed-only, then ``single`` single
+    ``remember`` calls against embed-only of the same text (alternating)."""
     texts = synthetic_texts(n, seed)
+    single_texts = synthetic_texts(single, seed + 1) if single else []
     data_dir = Path(tempfile.mkdtemp(prefix="mv-bench-", dir=tmp_root))
     vault = open_vault(data_dir, embedder)
     try:
@@ -326,6 +335,15 @@ def bench_remember(embedder: Any, n: int, batch: int, seed: int,
             remember_s.append(time.perf_counter() - t)
             if (i // batch) % 8 == 7 or i + batch >= n:
                 progress(f"remember: {min(i + batch, n)}/{n}")
+        one_embed: list[float] = []
+        one_remember: list[float] = []
+        for c in single_texts:
+            t = time.perf_counter()
+            vault.embedder.embed([c])
+            one_embed.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            vault.remember(c, scope=BENCH_SCOPE, subject=c.split(":", 1)[0], trigger="bench")
+            one_remember.append(time.perf_counter() - t)
     finally:
         vault.close()
         stop_embedded(data_dir)
@@ -348,6 +366,11 @@ def bench_remember(embedder: Any, n: int, batch: int, seed: int,
                      "remember_p50": round(float(np.median(remember_s)) * 1000, 1),
                      "overhead_p50": round(float(np.median(overhead)) * 1000, 1)},
         "note": "embed-only and remember_many alternate batch by batch on the same texts",
+        "single": None if not single_texts else {
+            "memories": len(single_texts),
+            "remember_ms": summary_ms(one_remember), "embed_ms": summary_ms(one_embed),
+            "overhead_p50_ms": round(float(np.median(np.asarray(one_remember)
+                                                     - np.asarray(one_embed))) * 1000, 2)},
     }
 
 
@@ -359,19 +382,28 @@ def load_rows(vault: Any, texts: list[str], vecs: Any, insert_batch: int) -> dic
     from mnemovault.ids import uuid7
     from mnemovault.store import memories as memory_store
 
+    try:  # the keyed terms of migration 0014 (before it the database derived them)
+        from mnemovault.recall import terms
+    except ImportError:  # a baseline run of an older tree's src (PYTHONPATH)
+        terms = None  # type: ignore[assignment]
     tenant = vault.settings.tenant
     vault.ensure_tenant(tenant)
     base = datetime(2025, 1, 1, tzinfo=UTC)
     now = datetime.now(UTC)
     t0 = time.perf_counter()
     n = len(texts)
+    key = None
+    if terms is not None:
+        with vault.db.transaction(tenant) as conn:
+            key = terms.tenant_key(vault.rt.pii, conn, tenant)
     for i in range(0, n, insert_batch):
         rows = []
         for j in range(i, min(i + insert_batch, n)):
             created = base + timedelta(minutes=7 * j)
             rows.append((tenant, uuid7(), BENCH_SCOPE, texts[j].split(":", 1)[0], "episode",
                          texts[j], None, vecs[j], created, now,
-                         Jsonb({"source": "bench", "source_id": str(j)}), None, 1))
+                         Jsonb({"source": "bench", "source_id": str(j)}), None, 1,
+                         *(terms.document(key, texts[j]) if key is not None else ())))
         with vault.db.transaction(tenant) as conn:
             memory_store.insert(conn, rows)
         if (i // insert_batch) % 5 == 4 or i + insert_batch >= n:
@@ -518,6 +550,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--remember-n", type=int, default=None,
                    help="memories for the remember throughput (default 4096)")
     p.add_argument("--batch", type=int, default=128, help="remember_many batch size")
+    p.add_argument("--single", type=int, default=None,
+                   help="single remember calls timed after the batches (200; --quick 20)")
     p.add_argument("--insert-batch", type=int, default=2000,
                    help="rows per transaction when loading the recall sets")
     p.add_argument("--skip-remember", action="store_true", help="skip part (a)")
@@ -541,6 +575,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--sizes: positive integers")
     args.queries = args.queries or (20 if args.quick else 50)
     args.remember_n = args.remember_n or (512 if args.quick else 4096)
+    args.single = args.single if args.single is not None else (20 if args.quick else 200)
     return args
 
 
@@ -564,7 +599,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_remember:
         progress(f"(a) remember throughput: {args.remember_n} memories, batches of {args.batch}")
         result["remember"] = bench_remember(embedder, args.remember_n, args.batch,
-                                            seed=args.seed + 1000, tmp_root=tmp_root)
+                                            seed=args.seed + 1000, tmp_root=tmp_root,
+                                            single=args.single)
         r = result["remember"]
         progress(f"remember {r['remember_per_s']}/s, embed-only {r['embed_only_per_s']}/s, "
                  f"ratio {r['ratio_remember_to_embed']}")

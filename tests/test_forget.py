@@ -22,6 +22,7 @@ from mnemovault.errors import Conflict, Forbidden, Refused, ValidationError
 from mnemovault.governance import forget as forget_mod
 from mnemovault.pii.vault import PLACEHOLDER_RE
 from mnemovault.vault import MemoryVault
+from tests import lexical
 from tests.dbcheck import refused_by_database
 
 
@@ -143,9 +144,10 @@ def test_a_concurrent_derivation_makes_forget_fail_cleanly(
     def sneak(conn: psycopg.Connection[Any], run: Any) -> None:
         orig(conn, run)  # a fact appears after the walk (what a racing writer would do)
         late = uuid.uuid4()
-        conn.execute("INSERT INTO memories (tenant_id, id, scope, type, content, embedding) "
-                     "SELECT tenant_id, %s, scope, 'fact', 'late fact', embedding "
-                     "FROM memories WHERE id = %s", (late, src))
+        conn.execute("INSERT INTO memories (tenant_id, id, scope, type, content, embedding, "
+                     "tsv, tsv_length) SELECT tenant_id, %s, scope, 'fact', 'late fact', "
+                     "embedding, %s, %s FROM memories WHERE id = %s",
+                     (late, *lexical.doc(vault, conn, "late fact"), src))
         conn.execute("INSERT INTO memory_lineage (tenant_id, memory_id, source_id) "
                      "VALUES (%s, %s, %s)", (tenant, late, src))
 

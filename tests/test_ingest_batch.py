@@ -18,6 +18,7 @@ from mnemovault.memories import write
 from mnemovault.pii.vault import PLACEHOLDER_RE, PiiVault, TenantKeys
 from mnemovault.store import memories as store_memories
 from mnemovault.vault import MemoryVault
+from tests import lexical
 
 
 def _u() -> str:
@@ -182,7 +183,7 @@ def test_memories_insert_in_chunks_keeps_the_lexical_statistics(
             "WHERE tenant_id = %s AND scope = 'lex'", (tenant,)).fetchone()
         df = conn.execute(
             "SELECT df FROM lexical_df WHERE tenant_id = %s AND scope = 'lex' "
-            "AND lexeme = 'walrus'", (tenant,)).fetchone()
+            "AND lexeme = %s", (tenant, lexical.lx(vault, conn, "walrus"))).fetchone()
     assert stats["doc_count"] == recount["n"] == 7
     assert stats["total_length"] == recount["len"]
     assert df["df"] == 7

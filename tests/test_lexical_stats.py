@@ -18,6 +18,7 @@ from mnemovault.store.search import (
     text_candidates_recount,
 )
 from mnemovault.vault import MemoryVault
+from tests import lexical
 
 WORDS = ("garden", "tomato", "bicycle", "repair", "marathon", "training", "piano", "lesson",
          "quarterly", "report", "lisbon", "trip", "sourdough", "bread", "kayak", "river",
@@ -122,8 +123,8 @@ def test_lexical_query_equals_recount(vault: MemoryVault, tenant: str, query: st
                         principal=who)
     where, params = filter_sql(tenant, "rank")
     with vault.db.transaction(tenant) as conn:
-        fast = text_candidates(conn, query, where, params, 50)
-        slow = text_candidates_recount(conn, query, where, params, 50)
+        fast = text_candidates(conn, lexical.q(vault, conn, query), where, params, 50)
+        slow = text_candidates_recount(conn, lexical.q(vault, conn, query), where, params, 50)
     assert [r["id"] for r in fast] == [r["id"] for r in slow]
     assert [round(r["score"], 9) for r in fast] == [round(r["score"], 9) for r in slow]
     assert all(round(r["qmax"], 9) == round(s["qmax"], 9) for r, s in zip(fast, slow, strict=True))
@@ -131,7 +132,7 @@ def test_lexical_query_equals_recount(vault: MemoryVault, tenant: str, query: st
         assert fast == []
     elif "qwertyuiop" in query:  # a term the scope lacks still counts in the maximum
         with vault.db.transaction(tenant) as conn:
-            alone = text_candidates(conn, "violin", where, params, 50)
+            alone = text_candidates(conn, lexical.q(vault, conn, "violin"), where, params, 50)
         assert [r["id"] for r in alone] == [r["id"] for r in fast]
         assert fast[0]["qmax"] > 2 * alone[0]["qmax"]
     else:
@@ -160,18 +161,21 @@ def test_maxscore_skips_what_cannot_reach_the_top(vault: MemoryVault, tenant: st
     # a filter: the path over memories (unfiltered recalls read the postings: test_postings)
     where, params = filter_sql(tenant, "ms", include_archived=True)
     with vault.db.transaction(tenant) as conn:
-        fast = search.text_candidates(conn, "zebra apple", where, params, 5)
-        slow = text_candidates_recount(conn, "zebra apple", where, params, 5)
+        fast = search.text_candidates(conn, lexical.q(vault, conn, "zebra apple"), where, params, 5)
+        terms = lexical.q(vault, conn, "zebra apple")
+        slow = text_candidates_recount(conn, terms, where, params, 5)
+        names = {lexical.lx(vault, conn, w): w for w in ("zebra", "appl")}
         tf = conn.execute("SELECT lexeme, max_tf FROM lexical_df WHERE scope = 'ms' "
-                          "AND lexeme IN ('zebra', 'appl')").fetchall()
+                          "AND lexeme = ANY(%s)", (list(names),)).fetchall()
     assert calls == [1]  # only the rare term's memories were scored
     assert [r["id"] for r in fast] == [r["id"] for r in slow]
     assert [round(r["score"], 9) for r in fast] == [round(r["score"], 9) for r in slow]
-    assert {r["lexeme"]: r["max_tf"] for r in tf} == {"zebra": 3, "appl": 2}
+    assert {names[r["lexeme"]]: r["max_tf"] for r in tf} == {"zebra": 3, "appl": 2}
     # a small n with a common term only: nothing to skip, one full pass
     calls.clear()
     with vault.db.transaction(tenant) as conn:
-        assert len(search.text_candidates(conn, "apple", where, params, 5)) == 5
+        terms = lexical.q(vault, conn, "apple")
+        assert len(search.text_candidates(conn, terms, where, params, 5)) == 5
     assert calls == [1]
 
 
@@ -181,7 +185,7 @@ def test_without_statistics_the_query_recounts(vault: MemoryVault, tenant: str) 
                         principal=who)
     where, params = filter_sql(tenant, "nostats")
     with vault.db.transaction(tenant) as conn:
-        before = text_candidates(conn, "violin budget", where, params, 10)
+        before = text_candidates(conn, lexical.q(vault, conn, "violin budget"), where, params, 10)
         conn.execute("DELETE FROM lexical_scope_stats WHERE scope = 'nostats'")
-        after = text_candidates(conn, "violin budget", where, params, 10)
+        after = text_candidates(conn, lexical.q(vault, conn, "violin budget"), where, params, 10)
     assert before and [r["id"] for r in after] == [r["id"] for r in before]

@@ -23,6 +23,7 @@ from psycopg.types.json import Jsonb
 from mnemovault.store import memories as memory_store
 from mnemovault.store import search
 from mnemovault.vault import MemoryVault
+from tests import lexical
 
 WORDS = ("garden", "tomato", "bicycle", "repair", "marathon", "training", "piano", "lesson",
          "quarterly", "report", "lisbon", "trip", "sourdough", "bread", "kayak", "river")
@@ -67,10 +68,10 @@ def _insert(vault: MemoryVault, tenant: str, scope: str, texts: list[str]) -> li
     vec = np.ones(384, dtype=np.float32) / np.sqrt(384)
     now = datetime.now(UTC)
     ids = [uuid7() for _ in texts]
-    rows = [(tenant, i, scope, None, "episode", t, None, vec, now - timedelta(seconds=j), now,
-             Jsonb({"source": "test"}), None, 1) for j, (i, t) in enumerate(zip(ids, texts,
-                                                                                strict=True))]
     with vault.db.transaction(tenant) as conn:
+        rows = [(tenant, i, scope, None, "episode", t, None, vec, now - timedelta(seconds=j),
+                 now, Jsonb({"source": "test"}), None, 1, *lexical.doc(vault, conn, t))
+                for j, (i, t) in enumerate(zip(ids, texts, strict=True))]
         memory_store.insert_many(conn, rows)
     return ids
 
@@ -89,8 +90,9 @@ def _top(vault: MemoryVault, tenant: str, scope: str, query: str, n: int
     where, params = search.filter_sql(tenant, scope)
     explain: dict[str, Any] = {}
     with vault.db.transaction(tenant) as conn:
-        fast = search.text_candidates(conn, query, where, params, n, explain=explain)
-        slow = search.text_candidates_recount(conn, query, where, params, n)
+        terms = lexical.q(vault, conn, query)
+        fast = search.text_candidates(conn, terms, where, params, n, explain=explain)
+        slow = search.text_candidates_recount(conn, lexical.q(vault, conn, query), where, params, n)
     return fast, slow, explain
 
 
@@ -106,9 +108,9 @@ def test_postings_follow_every_change(vault: MemoryVault, tenant: str) -> None:
     vault.remember("violin concert on friday", scope="p", key="k", principal=who)
     _assert_exact(vault, tenant)
     with vault.db.transaction(tenant) as conn:
-        assert conn.execute("SELECT count(*) AS n FROM lexical_postings WHERE lexeme = 'lesson' "
-                            "AND memory_id IN (SELECT id FROM memories WHERE key = 'k')"
-                            ).fetchone()["n"] == 0  # the superseded version left
+        assert conn.execute("SELECT count(*) AS n FROM lexical_postings WHERE lexeme = %s "
+                            "AND memory_id IN (SELECT id FROM memories WHERE key = 'k')",
+                            (lexical.lx(vault, conn, "lesson"),)).fetchone()["n"] == 0  # superseded
     # archive, restore, a scope move and a content edit (rows of the update trigger)
     ids = [r.id for r in receipts[:6]]
     with vault.db.transaction(tenant) as conn:
@@ -118,12 +120,14 @@ def test_postings_follow_every_change(vault: MemoryVault, tenant: str) -> None:
         conn.execute("UPDATE memories SET archived = false WHERE id = ANY(%s)", (ids[:3],))
         conn.execute("UPDATE memories SET scope = 'q' WHERE id = %s", (ids[3],))  # archived
         conn.execute("UPDATE memories SET scope = 'q' WHERE id = %s", (receipts[10].id,))
-        conn.execute("UPDATE memories SET content = 'kayak kayak kayak river' WHERE id = %s",
-                     (receipts[11].id,))
+        conn.execute("UPDATE memories SET content = 'kayak kayak kayak river', tsv = %s, "
+                     "tsv_length = %s WHERE id = %s",
+                     (*lexical.doc(vault, conn, "kayak kayak kayak river"), receipts[11].id))
     assert _assert_exact(vault, tenant) > before
     with vault.db.transaction(tenant) as conn:
         row = conn.execute("SELECT tf, dl FROM lexical_postings WHERE memory_id = %s "
-                           "AND lexeme = 'kayak'", (receipts[11].id,)).fetchone()
+                           "AND lexeme = %s", (receipts[11].id, lexical.lx(vault, conn, "kayak"))
+                           ).fetchone()
     assert (row["tf"], row["dl"]) == (3, 2)
     # access statistics and pins change nothing
     vault.recall("kayak river", scope="p", principal=who)
@@ -245,9 +249,11 @@ def test_a_failed_estimate_takes_a_second_pass(vault: MemoryVault, tenant: str,
     where, params = search.filter_sql(tenant, "two")
     explain: dict[str, Any] = {}
     with vault.db.transaction(tenant) as conn:
-        fast = search.text_candidates(conn, "garden tomato lisbon trip", where, params, 10,
+        terms = lexical.q(vault, conn, "garden tomato lisbon trip")
+        fast = search.text_candidates(conn, terms, where, params, 10,
                                       explain=explain)
-        slow = search.text_candidates_recount(conn, "garden tomato lisbon trip", where,
+        terms = lexical.q(vault, conn, "garden tomato lisbon trip")
+        slow = search.text_candidates_recount(conn, terms, where,
                                               params, 10)
     _same_ranking(fast, slow)
     assert explain["passes"] == 2
@@ -284,7 +290,8 @@ def test_without_postings_or_with_filters_the_query_scans(vault: MemoryVault,
     where, params = search.filter_sql(tenant, "np", types=["episode"])
     with vault.db.transaction(tenant) as conn:
         explain = {}
-        filtered = search.text_candidates(conn, "garden bicycle", where, params, 10,
+        terms = lexical.q(vault, conn, "garden bicycle")
+        filtered = search.text_candidates(conn, terms, where, params, 10,
                                           explain=explain)
         assert explain["path"] == "scan"
         assert [r["id"] for r in filtered] == [r["id"] for r in fast]
@@ -292,7 +299,8 @@ def test_without_postings_or_with_filters_the_query_scans(vault: MemoryVault,
         conn.execute("DELETE FROM lexical_postings WHERE scope = 'np'")
         where, params = search.filter_sql(tenant, "np")
         explain = {}
-        after = search.text_candidates(conn, "garden bicycle", where, params, 10,
+        terms = lexical.q(vault, conn, "garden bicycle")
+        after = search.text_candidates(conn, terms, where, params, 10,
                                        explain=explain)
         assert explain["path"] == "scan"
         _same_ranking(after, slow)
@@ -325,7 +333,7 @@ def test_the_migration_fills_the_postings_of_memories_stored_before_it(
                 conn.execute("INSERT INTO memories (tenant_id, id, scope, type, content, "
                              "embedding, archived) VALUES ('old', %s, 's', 'episode', %s, "
                              "'[1,0,0]', %s)", (uuid.uuid4(), text, i == 0))
-        command.upgrade(db.alembic_config(3), "head")
+        command.upgrade(db.alembic_config(3), "0013_edge")  # tsv generated still
         recount = _DRIFT.replace("%(t)s", "'old'")
         with psycopg.connect(url) as conn:  # the owner: no row-level security
             missing, extra, kept = conn.execute(recount).fetchone()

@@ -29,6 +29,7 @@ from mnemovault.store import search
 from mnemovault.store import subjects as subject_store
 from mnemovault.subjects.erase import target_of
 from mnemovault.vault import MemoryVault
+from tests import lexical
 
 FAST = settings(max_examples=25, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -282,8 +283,10 @@ def test_postings_rank_as_the_recount_after_any_changes(
             for q in queries:
                 explain: dict[str, Any] = {}
                 with vault.db.transaction(tenant) as conn:
-                    fast = search.text_candidates(conn, q, where, params, n, explain=explain)
-                    slow = search.text_candidates_recount(conn, q, where, params, n)
+                    terms = lexical.q(vault, conn, q)
+                    fast = search.text_candidates(conn, terms, where, params, n, explain=explain)
+                    terms = lexical.q(vault, conn, q)
+                    slow = search.text_candidates_recount(conn, terms, where, params, n)
                 assert [r["id"] for r in fast] == [r["id"] for r in slow], (scope, q, explain)
                 hits.append(len(fast))
                 for a, b in zip(fast, slow, strict=True):

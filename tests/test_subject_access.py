@@ -20,6 +20,7 @@ from mnemovault.cli import app as cli_app
 from mnemovault.errors import Forbidden, ValidationError
 from mnemovault.store.db import owner_connection
 from mnemovault.vault import MemoryVault
+from tests import lexical
 from tests.subjects_world import audit_rows, build, memory_ids
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs" / "schemas"
@@ -223,11 +224,15 @@ def _extras_world(vault: MemoryVault, tenant: str) -> dict[str, Any]:
     w["late_fact"] = mem("late fact", scope="s", type="fact", derived_from=[own[0]])
     stay.append(mem("eve at the end", scope="s", subject="eve"))
     tiny = uuid.UUID(int=1)
+    with vault.db.transaction(tenant) as conn:
+        tiny_terms = lexical.doc(vault, conn, "a fact with a tiny id")
     with owner_connection(vault.db.url, autocommit=True) as conn, conn.transaction():
         conn.execute(
-            "INSERT INTO memories (tenant_id, id, scope, subject_id, type, content, embedding) "
-            "SELECT tenant_id, %s, scope, NULL, 'fact', 'a fact with a tiny id', embedding "
-            "FROM memories WHERE tenant_id = %s AND id = %s", (tiny, tenant, own[-1]))
+            "INSERT INTO memories (tenant_id, id, scope, subject_id, type, content, embedding, "
+            "tsv, tsv_length) SELECT tenant_id, %s, scope, NULL, 'fact', "
+            "'a fact with a tiny id', embedding, %s, %s "
+            "FROM memories WHERE tenant_id = %s AND id = %s",
+            (tiny, *tiny_terms, tenant, own[-1]))
         conn.execute("INSERT INTO memory_lineage (tenant_id, memory_id, source_id) "
                      "VALUES (%s, %s, %s), (%s, %s, %s)",
                      (tenant, tiny, own[-1], tenant, w["other_scope"], own[5]))

@@ -45,6 +45,7 @@ from mnemovault.chat.models import ChatRequest, ChatResult, ChatStream
 from mnemovault.config import Settings
 from mnemovault.embed import Embedder
 from mnemovault.facade import section
+from mnemovault.facade.lexical import LexicalSection
 from mnemovault.facade.procedures import ProceduresSection
 from mnemovault.facade.review import ReviewSection
 from mnemovault.facade.subjects import SubjectsSection
@@ -128,20 +129,18 @@ class MemoryVault:
     @classmethod
     def open(cls, settings: Settings | None = None, *, data_dir: str | Path | None = None,
              database_url: str | None = None, embedder: Embedder | None = None,
-             migrate: bool = True) -> MemoryVault:
+             migrate: bool = True, reindex: bool = True) -> MemoryVault:
         """Connect (starting the embedded server if needed), migrate, check the embedder,
-        and compare the erasure ledger with the database: what a database restored from a
-        backup lacks is erased again before this returns
-        (:func:`mnemovault.subjects.ledger.check_on_start`).
+        compare the erasure ledger with the database (a restored backup's erased records
+        are erased again: :func:`mnemovault.subjects.ledger.check_on_start`) and re-index
+        plain lexical terms unless not ``reindex`` (:mod:`mnemovault.recall.reindex`).
 
         Raises:
             ConfigError: the database was built with a different embedder.
             Unavailable: the database could not be started or migrated.
         """
         settings = settings or Settings()
-        updates: dict[str, Any] = {}
-        if data_dir is not None:
-            updates["data_dir"] = Path(data_dir)
+        updates: dict[str, Any] = {"data_dir": Path(data_dir)} if data_dir is not None else {}
         if database_url is not None:
             updates["database_url"] = database_url
         if updates:
@@ -149,6 +148,7 @@ class MemoryVault:
         rt = Runtime.open(settings, embedder=embedder, migrate=migrate)
         mv = cls(rt.db, rt.embedder, rt.settings, rt.keyring)
         SubjectsSection.on_start(mv.rt)  # a database behind its erasure ledger: re-erased
+        LexicalSection.on_start(mv.rt, run=reindex)  # terms written before 0014: keyed
         return mv
 
     def close(self) -> None:
@@ -387,6 +387,7 @@ class MemoryVault:
         return rotation.rotate_kek(self.rt, retire=retire)
 
     # -- sections (mnemovault.facade): mv.procedures.capture(...), mv.subjects.erase(...) --
+    lexical = section(LexicalSection)
     procedures = section(ProceduresSection)
     review = section(ReviewSection)
     tenants = section(TenantsSection)

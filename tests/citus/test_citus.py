@@ -18,6 +18,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from mnemovault.store import citus, search
 from mnemovault.store.db import TENANT_SETTING
 from mnemovault.vault import MemoryVault
+from tests import lexical
 
 pytestmark = pytest.mark.citus
 
@@ -214,7 +215,8 @@ def test_recall_is_routed_to_one_shard(vault: MemoryVault, tenant: str) -> None:
     with vault.db.transaction(tenant) as conn:
         proxy, plans = _explain(conn)
         search.vector_candidates(proxy, qvec, where, params, 100)  # type: ignore[arg-type]
-        search.text_candidates(proxy, "where does alice live", where, params,  # type: ignore[arg-type]
+        terms = lexical.q(vault, conn, "where does alice live")
+        search.text_candidates(proxy, terms, where, params,  # type: ignore[arg-type]
                                100)
     assert len(plans) >= 3  # the vector query, the BM25 statistics, a BM25 pass
     for plan in plans:

@@ -24,6 +24,7 @@ import pytest
 from mnemovault.store import citus, search
 from mnemovault.store.migrations.triggers import TriggerSet
 from mnemovault.vault import MemoryVault
+from tests import lexical
 from tests.subjects_world import build
 
 pytestmark = pytest.mark.citus
@@ -70,18 +71,28 @@ def _tenant_stats(vault: MemoryVault, tenant: str, scope: str) -> tuple[dict[str
 
 
 def _set(target: str) -> TriggerSet:
-    """The trigger set on ``memories`` that keeps ``target`` (0009's or 0010's)."""
+    """The trigger set on ``memories`` that keeps ``target`` (0009's or 0010's: those
+    with functions; 0014's run theirs on a change of ``tsv`` alone)."""
     (found,) = [s for s in citus.trigger_sets()
-                if s.table == "memories" and target in s.targets]
+                if s.table == "memories" and target in s.targets and s.functions]
     assert isinstance(found, TriggerSet)
     return found
 
 
 def test_the_triggers_are_on_every_shard(vault: MemoryVault) -> None:
-    sets = [s for s in citus.trigger_sets() if s.table == "memories"]
+    sets = [s for s in citus.trigger_sets() if s.table == "memories" and s.functions]
     # 0009's statistics and 0010's postings
     assert [s.targets for s in sets] == [("lexical_scope_stats", "lexical_df"),
                                          ("lexical_postings",)]
+    terms = [n for s in citus.trigger_sets() if s.table == "memories" and not s.functions
+             for n in s.trigger_names()]  # 0014's: a rewrite of tsv alone
+    assert terms == ["memories_terms_lexical", "memories_terms_postings"]
+    with psycopg.connect(vault.db.url) as conn:
+        rows = conn.execute(
+            "SELECT result FROM run_command_on_shards('memories', $$SELECT count(*) FROM "
+            "pg_trigger WHERE tgrelid = '%s'::regclass AND tgname LIKE 'memories_terms_%%'$$)"
+        ).fetchall()
+        assert rows and {r[0] for r in rows} == {"2"}
     with psycopg.connect(vault.db.url) as conn:
         shards = conn.execute("SELECT count(*) FROM pg_dist_shard "
                               "WHERE logicalrelid = 'memories'::regclass").fetchone()[0]
@@ -221,7 +232,8 @@ def test_recall_reads_the_statistics_on_one_shard(
     where, params = search.filter_sql(tenant, "r")
     with vault.db.transaction(tenant) as conn:
         proxy, plans = _explain(conn)
-        rows = search.text_candidates(proxy, "marathon training in lisbon", where,  # type: ignore[arg-type]
+        terms = lexical.q(vault, conn, "marathon training in lisbon")
+        rows = search.text_candidates(proxy, terms, where,  # type: ignore[arg-type]
                                       params, 20)
     assert rows  # the statistics query and at least one BM25 pass, for real
     assert len(plans) >= 2
@@ -270,8 +282,9 @@ def test_postings_follow_writes_forget_and_purge(vault: MemoryVault,
     with vault.db.transaction(tenant) as conn:  # the superseded version left the postings
         assert conn.execute(
             "SELECT count(*) AS n FROM lexical_postings WHERE tenant_id = %s "
-            "AND lexeme = 'lesson' AND memory_id IN (SELECT id FROM memories "
-            "WHERE tenant_id = %s AND key = 'k')", (tenant, tenant)).fetchone()["n"] == 0
+            "AND lexeme = %s AND memory_id IN (SELECT id FROM memories "
+            "WHERE tenant_id = %s AND key = 'k')",
+            (tenant, lexical.lx(vault, conn, "lesson"), tenant)).fetchone()["n"] == 0
     assert _postings_drift(vault) == (0, 0)
     ids = [r.id for r in receipts[:6]]
     with vault.db.transaction(tenant) as conn:  # the row-level UPDATE trigger
@@ -283,11 +296,14 @@ def test_postings_follow_writes_forget_and_purge(vault: MemoryVault,
                      "AND id = ANY(%s)", (tenant, ids[:3]))
         conn.execute("UPDATE memories SET scope = 'pst2' WHERE tenant_id = %s AND id = %s",
                      (tenant, receipts[10].id))
-        conn.execute("UPDATE memories SET content = 'kayak kayak kayak river' "
-                     "WHERE tenant_id = %s AND id = %s", (tenant, receipts[11].id))
+        conn.execute("UPDATE memories SET content = 'kayak kayak kayak river', tsv = %s, "
+                     "tsv_length = %s WHERE tenant_id = %s AND id = %s",
+                     (*lexical.doc(vault, conn, "kayak kayak kayak river"), tenant,
+                      receipts[11].id))
         row = conn.execute("SELECT tf, dl FROM lexical_postings WHERE tenant_id = %s "
-                           "AND memory_id = %s AND lexeme = 'kayak'",
-                           (tenant, receipts[11].id)).fetchone()
+                           "AND memory_id = %s AND lexeme = %s",
+                           (tenant, receipts[11].id, lexical.lx(vault, conn, "kayak"))
+                           ).fetchone()
         posted = {r["memory_id"] for r in conn.execute(
             "SELECT DISTINCT memory_id FROM lexical_postings WHERE tenant_id = %s "
             "AND memory_id = ANY(%s)", (tenant, ids))}
@@ -374,7 +390,8 @@ def test_installing_the_postings_triggers_fills_the_table(vault: MemoryVault,
     where, params = search.filter_sql(tenant, "pold")
     explain: dict[str, Any] = {}
     with vault.db.transaction(tenant) as conn:  # no postings: the scan answers
-        search.text_candidates(conn, "garden tomato", where, params, 5, explain=explain)
+        terms = lexical.q(vault, conn, "garden tomato")
+        search.text_candidates(conn, terms, where, params, 5, explain=explain)
     assert explain["path"] == "scan"
     changed = citus.distribute(vault.db.url, vault.db.app_role)
     assert changed is not None and changed["triggers"] == sets.trigger_names()
@@ -386,7 +403,8 @@ def test_installing_the_postings_triggers_fills_the_table(vault: MemoryVault,
     vault.remember("bicycle repair in lisbon", scope="pold", principal=who)  # kept again
     assert _postings_drift(vault) == (0, 0)
     with vault.db.transaction(tenant) as conn:
-        search.text_candidates(conn, "garden tomato", where, params, 5, explain=explain)
+        terms = lexical.q(vault, conn, "garden tomato")
+        search.text_candidates(conn, terms, where, params, 5, explain=explain)
     assert explain["path"] == "postings"
 
 
@@ -426,15 +444,17 @@ def test_text_candidates_read_the_postings_on_one_shard(
     for query, n in (("alpha bravo charlie delta echo foxtrot", 10), ("alpha bravo w7", 25),
                      ("echo foxtrot delta", 5)):
         with vault.db.transaction(tenant) as conn:
-            slow = search.text_candidates_recount(conn, query, where, params, n)
+            terms = lexical.q(vault, conn, query)
+            slow = search.text_candidates_recount(conn, terms, where, params, n)
             explain: dict[str, Any] = {}
             with monkeypatch.context() as m:
                 m.setattr(search, "_bm25", refuse)
                 m.setattr(search, "text_candidates_recount", refuse)
-                fast = search.text_candidates(conn, query, where, params, n,
+                fast = search.text_candidates(conn, lexical.q(vault, conn, query), where, params, n,
                                               explain=explain)
                 proxy, plans = _explain(conn)
-                again = search.text_candidates(proxy, query, where, params, n)  # type: ignore[arg-type]
+                terms = lexical.q(vault, conn, query)
+                again = search.text_candidates(proxy, terms, where, params, n)  # type: ignore[arg-type]
         assert explain["path"] == "postings", explain
         assert len(fast) == n
         _same_ranking(fast, slow)

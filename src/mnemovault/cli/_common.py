@@ -77,10 +77,12 @@ def _require_database(settings: Settings) -> None:
 
 
 @contextmanager
-def _vault(ctx: typer.Context, *, create: bool = True) -> Iterator[Any]:
+def _vault(ctx: typer.Context, *, create: bool = True,
+           reindex: bool = True) -> Iterator[Any]:
     """Open the vault for one command. With ``create=False`` (commands that only read, or
     change what exists) a data dir without a database fails with exit 7 instead of getting
-    a new, empty one. The embedder's model is loaded only if the command embeds."""
+    a new, empty one. The embedder's model is loaded only if the command embeds.
+    ``reindex=False``: the open leaves plain lexical terms to the command."""
     import psycopg
 
     from mnemovault.vault import MemoryVault
@@ -90,7 +92,7 @@ def _vault(ctx: typer.Context, *, create: bool = True) -> Iterator[Any]:
         _require_database(settings)
     try:
         with err.status("opening the database…"):
-            vault = MemoryVault.open(settings)
+            vault = MemoryVault.open(settings, reindex=reindex)
     except (psycopg.Error, OSError) as exc:
         raise Unavailable(f"database: cannot open ({type(exc).__name__}); check DATABASE_URL "
                           "or --data-dir") from None

@@ -1,4 +1,5 @@
-"""``mnemovault db``: database administration (``db upgrade``, ``db info``)."""
+"""``mnemovault db``: database administration (``db upgrade``, ``db info``,
+``db reindex-terms``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,15 @@ from typing import Annotated, Any
 
 import typer
 
-from mnemovault.cli._common import _emit_json, _fail, _require_database, _state, _vault, out
+from mnemovault.cli._common import (
+    _emit_json,
+    _fail,
+    _require_database,
+    _state,
+    _vault,
+    err,
+    out,
+)
 from mnemovault.errors import MnemoError
 
 db_app = typer.Typer(help="Database administration.", no_args_is_help=True)
@@ -159,6 +168,39 @@ def db_seal(ctx: typer.Context, batch: Annotated[int, typer.Option(min=1, max=10
         out.print("another process is sealing this database now; nothing done")
     else:
         out.print(f"sealed {sealed} memories; removed {swept.removed} under destroyed keys")
+
+
+@db_app.command("reindex-terms")
+def db_reindex_terms(ctx: typer.Context,
+                     batch: Annotated[int, typer.Option(min=1, max=10_000,
+                                                        help="rows per transaction")] = 500,
+                     as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Rewrite the lexical terms of memories stored before migration 0014 (plain lexemes)
+    as keyed hashes, in committed batches (resumable: run it again after a stop). Every
+    start does the same before serving; this shows a progress bar."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    try:
+        with _vault(ctx, create=False, reindex=False) as vault, Progress(
+                TextColumn("[progress.description]{task.description}"), BarColumn(),
+                MofNCompleteColumn(), console=err, disable=as_json) as progress:
+            task = progress.add_task("re-indexing lexical terms", total=None)
+
+            def step(done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
+
+            report = vault.lexical.reindex(batch=batch, progress=step)
+            left = sum(vault.lexical.pending().values())
+    except MnemoError as exc:
+        _fail(exc)
+        return
+    result = {"rows": report.total, "tenants": report.rows, "batches": report.batches,
+              "ms": report.ms, "left": left}
+    if as_json:
+        _emit_json(result)
+    else:
+        out.print(f"re-indexed {report.total} rows in {report.batches} batches "
+                  f"({report.ms:.0f} ms); {left} left")
 
 
 def register(app: typer.Typer) -> None:

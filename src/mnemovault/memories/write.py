@@ -49,6 +49,7 @@ from mnemovault.guard import sanitise as injection
 from mnemovault.ids import uuid7
 from mnemovault.models import MemoryInput, Provenance, Receipt
 from mnemovault.pii import service as pii
+from mnemovault.recall import terms
 from mnemovault.runtime import Runtime
 from mnemovault.store import memories as store_memories
 from mnemovault.store import review as store_review
@@ -383,6 +384,8 @@ def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: 
     rows = []
     displaced = 0
     sealer = pii.content_writer(rt, conn, who.tenant)
+    term_key = terms.tenant_key(rt.pii, conn, who.tenant)
+    assert term_key is not None  # created on first use
     for p, vec in zip(prepared, vectors, strict=True):
         mid = uuid7()
         key_id, sealed = sealer.content(p.item.scope, p.item.subject, mid, p.content)
@@ -393,11 +396,12 @@ def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: 
             parent, version, superseded = _next_version(conn, who.tenant, p.item.scope,
                                                         stored_key, now, held)
             displaced += held and superseded is not None
+        tsv, tsv_length = terms.document(term_key, p.content)
         row = (who.tenant, mid, p.item.scope, p.item.subject, p.item.type,
                store_memories.stored_plaintext(p.content), stored_key, vec,
                p.item.created_at or now, now,
                Jsonb(p.item.provenance.model_dump(exclude_none=True)), parent, version,
-               key_id, sealed, key_sealed)
+               tsv, tsv_length, key_id, sealed, key_sealed)
         if p.item.key is not None:  # before the next item may supersede it
             (store_review.insert_held if held else store_memories.insert)(conn, [row])
         else:

@@ -116,6 +116,9 @@ class PiiVault:
 
     def __init__(self, keyring: KeyRing) -> None:
         self.keyring = keyring
+        # derived keys by (tenant, KEK version, nonce) of the wrapped secret read: a new or
+        # re-wrapped secret is a new entry, so the cache never answers for another secret
+        self._derived: dict[tuple[str, int, bytes], TenantKeys] = {}
 
     # -- tenant secret ------------------------------------------------------------------
     def tenant_keys(self, conn: psycopg.Connection[Any], tenant: str) -> TenantKeys:
@@ -138,6 +141,10 @@ class PiiVault:
         row = store.tenant_secret(conn, tenant)
         if row is None:
             return None
+        cache_key = (tenant, int(row["kek_version"]), bytes(row["nonce"]))
+        cached = self._derived.get(cache_key)
+        if cached is not None:
+            return cached
         try:
             secret = self._open_secret(tenant, row)
         except KekUnavailable:  # rewrapped and retired since this statement read it?
@@ -145,7 +152,11 @@ class PiiVault:
             if row is None:
                 return None
             secret = self._open_secret(tenant, row)
-        return TenantKeys(_derive(secret, b"placeholder"), _derive(secret, b"fingerprint"))
+        keys = TenantKeys(_derive(secret, b"placeholder"), _derive(secret, b"fingerprint"))
+        if len(self._derived) > 10_000:
+            self._derived.clear()
+        self._derived[cache_key] = keys
+        return keys
 
     def _open_secret(self, tenant: str, row: dict[str, Any]) -> bytes:
         v = row["kek_version"]

@@ -98,6 +98,7 @@ from mnemovault.procedures.models import (
 )
 from mnemovault.procedures.plugins import Judgement, plugins
 from mnemovault.procedures.render import render_procedures, render_runs
+from mnemovault.recall import terms
 from mnemovault.runtime import Runtime
 from mnemovault.store import memories as memory_store
 from mnemovault.store import procedures as store
@@ -237,6 +238,13 @@ def _strings(path: str, value: Any) -> dict[str, str | None]:
     return {}
 
 
+def _term_key(rt: Runtime, conn: Conn, tenant: str) -> bytes:
+    """The tenant's term key (:mod:`mnemovault.recall.terms`), created on first use."""
+    key = terms.tenant_key(rt.pii, conn, tenant)
+    assert key is not None
+    return key
+
+
 def _content(name: str, intent: str) -> str:
     return f"{name} | intent: {intent}"
 
@@ -303,7 +311,8 @@ def capture(rt: Runtime, who: Principal, item: ProcedureInput | dict[str, Any], 
         store.insert(conn, tenant=who.tenant, memory_id=mid, scope=scope, subject=s_subject,
                      content=content, embedding=vec, status=status, provenance=prov,
                      parent_id=None, version=1, now=now, name=s_name, intent=s_intent,
-                     steps=s_steps, key_id=key_id, sealed=sealed)
+                     steps=s_steps, key_id=key_id, sealed=sealed,
+                     terms=terms.document(_term_key(rt, conn, who.tenant), content))
         _index(rt, conn, who.tenant, mid, w,
                [content, scope, s_subject, *steps_mod.free_texts(Steps(**s_steps)),
                 *(v for v in prov.values() if isinstance(v, str)), *prov["tags"]])
@@ -370,7 +379,8 @@ def new_version(rt: Runtime, who: Principal, parent_id: uuid.UUID | str,
                      subject=parent["subject_id"], content=content, embedding=vec,
                      status=status, provenance=prov, parent_id=pid,
                      version=int(parent["version"]) + 1, now=now, name=s_name,
-                     intent=s_intent, steps=s_steps, key_id=key_id, sealed=sealed)
+                     intent=s_intent, steps=s_steps, key_id=key_id, sealed=sealed,
+                     terms=terms.document(_term_key(rt, conn, who.tenant), content))
         _index(rt, conn, who.tenant, mid, w,
                [content, parent["scope"], parent["subject_id"],
                 *steps_mod.free_texts(Steps(**s_steps)),

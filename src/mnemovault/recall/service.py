@@ -28,6 +28,7 @@ from mnemovault.errors import ValidationError
 from mnemovault.models import Hit, Memory, RecallFilters
 from mnemovault.pii import service as pii
 from mnemovault.recall import rerankers
+from mnemovault.recall import terms as lexical_terms
 from mnemovault.recall.ranking import fuse, rerank
 from mnemovault.runtime import Runtime
 from mnemovault.store import memories as memory_store
@@ -92,7 +93,9 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
                                    tags=list(f.tags or []), since=f.since, until=f.until)
         vrows = vector_candidates(conn, qvec, where, params, n,
                                   ef_search=rt.settings.hnsw_ef_search)
-        trows = text_candidates(conn, query, where, params, n)
+        key = lexical_terms.tenant_key(rt.pii, conn, who.tenant, create=False)
+        trows = (text_candidates(conn, lexical_terms.query(key, query), where, params, n)
+                 if key is not None else [])  # no secret yet: no keyed terms either
         meta = {r["id"]: (r["created_at"], r["pinned"]) for r in (*vrows, *trows)}
         vh = [(r["id"], 1.0 - float(r["distance"])) for r in vrows]
         th = [(r["id"], float(r["score"])) for r in trows]

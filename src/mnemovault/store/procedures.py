@@ -52,16 +52,18 @@ _FROM = ("FROM memories m JOIN procedures p ON p.tenant_id = m.tenant_id "
 def insert(conn: Conn, *, tenant: str, memory_id: uuid.UUID, scope: str, subject: str | None,
            content: str, embedding: Any, status: str, provenance: dict[str, Any],
            parent_id: uuid.UUID | None, version: int, now: datetime, name: str, intent: str,
-           steps: dict[str, Any], key_id: uuid.UUID, sealed: bytes) -> None:
+           steps: dict[str, Any], terms: tuple[str, int], key_id: uuid.UUID,
+           sealed: bytes) -> None:
     """Insert a procedure: its ``memories`` row (type ``procedure``) and its
     ``procedures`` row. ``embedding`` None copies the parent's (a new version asked
-    without a question)."""
+    without a question). ``terms``: the content's keyed terms, (tsv, tsv_length)."""
     cols = ("tenant_id, id, scope, subject_id, type, content, embedding, status, created_at, "
-            "updated_at, provenance, parent_id, version, key_id, content_sealed")
+            "updated_at, provenance, parent_id, version, tsv, tsv_length, key_id, "
+            "content_sealed")
     params = {"t": tenant, "id": memory_id, "scope": scope, "subject": subject,
               "content": stored_plaintext(content), "emb": embedding, "status": status,
               "now": now, "prov": Jsonb(provenance), "parent": parent_id, "version": version,
-              "kid": key_id, "sealed": sealed}
+              "tsv": terms[0], "tsvlen": terms[1], "kid": key_id, "sealed": sealed}
     if embedding is None:
         # the parent's own tenant_id as the new row's: on Citus the INSERT ... SELECT then
         # runs on the shard (a constant there makes Citus copy the row through the
@@ -69,14 +71,15 @@ def insert(conn: Conn, *, tenant: str, memory_id: uuid.UUID, scope: str, subject
         conn.execute(
             f"INSERT INTO memories ({cols}) SELECT tenant_id, %(id)s, %(scope)s, %(subject)s, "
             "'procedure', %(content)s, embedding, %(status)s, %(now)s, %(now)s, %(prov)s, "
-            "%(parent)s, %(version)s, %(kid)s, %(sealed)s FROM memories WHERE tenant_id = %(t)s "
-            "AND id = %(parent)s",
+            "%(parent)s, %(version)s, %(tsv)s::tsvector, %(tsvlen)s, %(kid)s, %(sealed)s "
+            "FROM memories WHERE tenant_id = %(t)s AND id = %(parent)s",
             params)
     else:
         conn.execute(
             f"INSERT INTO memories ({cols}) VALUES (%(t)s, %(id)s, %(scope)s, %(subject)s, "
             "'procedure', %(content)s, %(emb)s, %(status)s, %(now)s, %(now)s, %(prov)s, "
-            "%(parent)s, %(version)s, %(kid)s, %(sealed)s)", params)
+            "%(parent)s, %(version)s, %(tsv)s::tsvector, %(tsvlen)s, %(kid)s, %(sealed)s)",
+            params)
     conn.execute(
         "INSERT INTO procedures (tenant_id, memory_id, name, intent, steps, created_at) "
         "VALUES (%s, %s, %s, %s, %s, %s)",

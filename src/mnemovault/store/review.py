@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from mnemovault.store.memories import COLUMNS, INSERT_COLUMNS
+from mnemovault.store.memories import COLUMNS, INSERT_COLUMNS, INSERT_ROW
 
 Conn = psycopg.Connection[Any]
 
@@ -61,7 +61,7 @@ def insert_held(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
     with conn.cursor() as cur:
         cur.executemany(
             f"INSERT INTO memories ({INSERT_COLUMNS}, status) "
-            f"VALUES ({', '.join(['%s'] * 16)}, 'pending_review')",
+            f"VALUES {INSERT_ROW[:-1]}, 'pending_review')",
             rows,
         )
 

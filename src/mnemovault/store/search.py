@@ -1,11 +1,17 @@
 """SQL of recall over the ``memories`` table: the filter clause, the nearest rows by
 cosine distance (HNSW) and the full-text candidates (BM25 in SQL).
 
-The fusion of the two lists and every ranking rule live in :mod:`mnemovault.recall`."""
+The fusion of the two lists and every ranking rule live in :mod:`mnemovault.recall`.
+
+The lexical functions take the query as its terms: the distinct keyed hashes of its
+lexemes (:func:`mnemovault.recall.terms.query`), the form ``memories.tsv``, the postings
+and the statistics hold them in (migration 0014); no word of a query reaches the
+database."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -81,17 +87,33 @@ def vector_candidates(
     return rows
 
 
+def _terms(terms: Sequence[str]) -> list[str]:
+    """The query's distinct terms (refusing a plain string: its characters are no terms)."""
+    if isinstance(terms, str):
+        raise TypeError("the lexical query is its terms (mnemovault.recall.terms.query), "
+                        "not a text")
+    return sorted(set(terms))
+
+
+def _tsquery(terms: Sequence[str]) -> str:
+    """The OR of ``terms`` as tsquery text (each quoted)."""
+    return " | ".join("'" + t.replace("\\", "\\\\").replace("'", "''") + "'" for t in terms)
+
+
 def text_candidates_cd(
-    conn: psycopg.Connection[Any], qtext: str, where: str, params: dict[str, Any], n: int
+    conn: psycopg.Connection[Any], terms: Sequence[str], where: str, params: dict[str, Any],
+    n: int,
 ) -> list[dict[str, Any]]:
     """Full-text candidates ranked by PostgreSQL's ``ts_rank_cd`` (cover density) over an
-    OR of the query's lexemes (English stemming, stop words removed)."""
+    OR of the query's terms."""
+    qs = _tsquery(_terms(terms))
+    if not qs:
+        return []
     return conn.execute(
-        f"SELECT id, created_at, pinned FROM memories, "
-        f"(SELECT replace(plainto_tsquery('english', %(qtext)s)::text, '&', '|') AS qs) s "
-        f"WHERE qs <> '' AND tsv @@ qs::tsquery AND {where} "
-        f"ORDER BY ts_rank_cd(tsv, qs::tsquery) DESC, id LIMIT %(n)s",
-        {**params, "qtext": qtext, "n": n},
+        f"SELECT id, created_at, pinned FROM memories "
+        f"WHERE tsv @@ %(qs)s::tsquery AND {where} "
+        f"ORDER BY ts_rank_cd(tsv, %(qs)s::tsquery) DESC, id LIMIT %(n)s",
+        {**params, "qs": qs, "n": n},
     ).fetchall()
 
 
@@ -100,7 +122,8 @@ BM25_B = 0.75
 
 
 def text_candidates(
-    conn: psycopg.Connection[Any], qtext: str, where: str, params: dict[str, Any], n: int,
+    conn: psycopg.Connection[Any], terms: Sequence[str], where: str, params: dict[str, Any],
+    n: int,
     *, k1: float = BM25_K1, b: float = BM25_B, explain: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Full-text candidates ranked by Okapi BM25 (Robertson and Zaragoza, "The
@@ -135,7 +158,7 @@ def text_candidates(
     :mod:`mnemovault.recall.ranking`).
     """
     stats = conn.execute(
-        "WITH q AS (SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', %(qtext)s))) "
+        "WITH q AS (SELECT DISTINCT lexeme FROM unnest(%(terms)s::text[]) lexeme) "
         "SELECT q.lexeme, coalesce(d.df, 0) AS df, coalesce(d.max_tf, 0) AS max_tf, "
         "s.doc_count, s.total_length, EXISTS (SELECT 1 FROM lexical_postings p "
         "WHERE p.tenant_id = %(tenant)s AND p.scope = %(scope)s AND p.lexeme = q.lexeme) "
@@ -143,7 +166,8 @@ def text_candidates(
         "LEFT JOIN lexical_scope_stats s ON s.tenant_id = %(tenant)s AND s.scope = %(scope)s "
         "LEFT JOIN LATERAL (SELECT df, max_tf FROM lexical_df WHERE tenant_id = %(tenant)s "
         "AND scope = %(scope)s AND lexeme = q.lexeme) d ON true ORDER BY q.lexeme",
-        {"qtext": qtext, "tenant": params["tenant"], "scope": params["scope"]}).fetchall()
+        {"terms": _terms(terms), "tenant": params["tenant"],
+         "scope": params["scope"]}).fetchall()
     if not stats:  # no query term survives stemming and stop words
         return []
     docs = float(stats[0]["doc_count"] or 0)
@@ -151,7 +175,7 @@ def text_candidates(
         if explain is not None:
             explain.clear()
             explain["path"] = "recount"
-        return text_candidates_recount(conn, qtext, where, params, n, k1=k1, b=b)
+        return text_candidates_recount(conn, terms, where, params, n, k1=k1, b=b)
     avgdl = max(float(stats[0]["total_length"]) / docs, 1.0)
     idf = {r["lexeme"]: math.log(1 + (docs - r["df"] + 0.5) / (r["df"] + 0.5)) for r in stats}
     qmax = sum(idf.values()) * (k1 + 1)
@@ -452,8 +476,7 @@ def _bm25(conn: psycopg.Connection[Any], where: str, params: dict[str, Any],
     """The ``n`` best by BM25 over every query term, among the rows of ``where`` that hold
     one of the ``match`` terms."""
     # the OR of the terms as a constant: the planner sees it and can use the GIN index
-    tsq = " | ".join("'" + r["lexeme"].replace("\\", "\\\\").replace("'", "''") + "'"
-                     for r in match)
+    tsq = _tsquery([r["lexeme"] for r in match])
     sql = f"""
     WITH idf(lexeme, idf) AS (
         SELECT * FROM unnest(%(lexemes)s::text[], %(idfs)s::float8[])
@@ -478,7 +501,8 @@ def _bm25(conn: psycopg.Connection[Any], where: str, params: dict[str, Any],
 
 
 def text_candidates_recount(
-    conn: psycopg.Connection[Any], qtext: str, where: str, params: dict[str, Any], n: int,
+    conn: psycopg.Connection[Any], terms: Sequence[str], where: str, params: dict[str, Any],
+    n: int,
     *, k1: float = BM25_K1, b: float = BM25_B,
 ) -> list[dict[str, Any]]:
     """The same ranking as :func:`text_candidates` with the corpus statistics recounted
@@ -486,7 +510,7 @@ def text_candidates_recount(
     tests and benchmarks."""
     sql = f"""
     WITH q AS (
-        SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', %(qtext)s))
+        SELECT DISTINCT lexeme FROM unnest(%(terms)s::text[]) lexeme
     ), qs AS (
         SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS query FROM q
     ), stats AS (
@@ -517,7 +541,10 @@ def text_candidates_recount(
     ORDER BY score DESC, x.id
     LIMIT %(n)s
     """
-    return conn.execute(sql, {**params, "qtext": qtext, "n": n, "k1": k1, "b": b}).fetchall()
+    if not _terms(terms):
+        return []
+    return conn.execute(sql, {**params, "terms": _terms(terms), "n": n, "k1": k1,
+                              "b": b}).fetchall()
 
 
 def lexical_stats(conn: psycopg.Connection[Any], scope: str) -> dict[str, Any]:

@@ -149,9 +149,11 @@ def lock_memory(conn: Conn, tenant: str, memory_id: uuid.UUID) -> dict[str, Any]
 
 
 def replace_content(conn: Conn, tenant: str, memory_id: uuid.UUID, content: str,
-                    embedding: Any, now: datetime, *, key_id: uuid.UUID, sealed: bytes,
+                    embedding: Any, now: datetime, *, terms: tuple[str, int],
+                    key_id: uuid.UUID, sealed: bytes,
                     flags: str | None = None) -> dict[str, Any]:
-    """Replace a memory's content and embedding in place (a rectification): the version
+    """Replace a memory's content, its keyed terms (``terms``: tsv, tsv_length) and its
+    embedding in place (a rectification): the version
     goes up by one, ``updated_at`` is ``now``; ``flags`` (not None) sets the injection
     sanitiser's label (``provenance.injection_flags``). The new row (COLUMNS)."""
     # decided here, not in SQL: Citus refuses a CASE holding a non-immutable function in
@@ -161,10 +163,12 @@ def replace_content(conn: Conn, tenant: str, memory_id: uuid.UUID, content: str,
     row = conn.execute(
         f"UPDATE memories SET content = %(content)s, embedding = %(emb)s, "
         f"key_id = %(kid)s, content_sealed = %(sealed)s, "
+        f"tsv = %(tsv)s::tsvector, tsv_length = %(tsvlen)s, terms_keyed = true, "
         f"version = version + 1, updated_at = %(now)s{label} "
         f"WHERE tenant_id = %(t)s AND id = %(id)s RETURNING {COLUMNS}",
         {"content": stored_plaintext(content), "emb": embedding, "now": now, "t": tenant,
          "id": memory_id, "kid": key_id, "sealed": sealed,
+         "tsv": terms[0], "tsvlen": terms[1],
          "label": Jsonb({"injection_flags": flags})}).fetchone()
     assert row is not None
     return row

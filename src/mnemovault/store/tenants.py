@@ -254,9 +254,9 @@ def memories_after(conn: Conn, tenant: str, after: uuid.UUID | None,
     derived full-text columns (columns added by later migrations are included as they
     come); ``content`` opened from its sealed form (``[erased]`` under a destroyed key)."""
     rows = conn.execute(
-        "SELECT id, to_jsonb(m) - 'embedding' - 'tsv' - 'tsv_length' - 'tenant_id' "
-        "- 'content_sealed' - 'key_sealed' AS row, content, key, key_id, content_sealed, "
-        "key_sealed "
+        "SELECT id, to_jsonb(m) - 'embedding' - 'tsv' - 'tsv_length' - 'terms_keyed' "
+        "- 'tenant_id' - 'content_sealed' - 'key_sealed' AS row, content, key, key_id, "
+        "content_sealed, key_sealed "
         "FROM memories m WHERE tenant_id = %s AND (%s::uuid IS NULL OR id > %s) "
         "ORDER BY id LIMIT %s", (tenant, after, after, limit)).fetchall()
     for r in rows:  # the content as opened by the row factory (sealed: its plaintext)

@@ -61,6 +61,7 @@ from mnemovault.guard import sanitise as injection
 from mnemovault.models import MAX_CONTENT_CHARS
 from mnemovault.pii import service as pii
 from mnemovault.pii.vault import PLACEHOLDER_RE
+from mnemovault.recall import terms
 from mnemovault.runtime import Runtime
 from mnemovault.store import ledger as ledger_store
 from mnemovault.store import review as review_store
@@ -140,9 +141,11 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
         graph.delete_support(conn, [mid])
         key_id, sealed = pii.content_writer(rt, conn, who.tenant).content(
             locked["scope"], locked["subject_id"], mid, text)
+        key = terms.tenant_key(rt.pii, conn, who.tenant)
+        assert key is not None  # created on first use
         new = subject_store.replace_content(conn, who.tenant, mid, text, vector,
                                             datetime.now(UTC), key_id=key_id, sealed=sealed,
-                                            flags=flags)
+                                            flags=flags, terms=terms.document(key, text))
         status = str(new["status"])
         if held and status in ("active", "pending_review"):  # the gate holds the new text
             review_store.hold(conn, who.tenant, [mid], captured_by=who.actor)

@@ -1,7 +1,7 @@
 """Content sealed under per-subject keys that live outside the database (issue 21, item 1).
 
 Revision ID: 0015_sealed_content
-Revises: 0014_hashed_terms (until branch ``lex`` is merged: 0013_edge; the lead re-chains)
+Revises: 0014_hashed_terms
 Create Date: 2026-12-02
 
 ``memories.key_id``: the content key (:mod:`mnemovault.pii.keystore`, outside the
@@ -16,7 +16,7 @@ under a destroyed key (an erase interrupted before its commit, or a restored bac
 from alembic import op
 
 revision = "0015_sealed_content"
-down_revision = "0013_edge"
+down_revision = "0014_hashed_terms"
 branch_labels = None
 depends_on = None
 
