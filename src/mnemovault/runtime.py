@@ -74,6 +74,11 @@ class Runtime:
             half_life_days=s.recall_recency_half_life_days, gate_low=s.recall_gate_low,
             gate_high=s.recall_gate_high)
 
+    def close(self) -> None:
+        """Close the database pool and the key store's connection."""
+        self.db.close()
+        self.sealer.store.close()
+
     @property
     def llm(self) -> ChatProvider:
         """The chat provider (``MNEMOVAULT_CHAT_PROVIDER``; the offline responder by
