@@ -159,8 +159,11 @@ def _erase_after_backup(mv: MemoryVault, r: Restored) -> None:
     r.erased = mv.subjects.erase(r.w.ada, scope="s", principal=who)
     assert sorted(r.erased.deleted) == r.w.ada_s and r.erased.shredded
     assert r.erased.receipt["counts"]["procedure_runs"] == 2
-    assert _table(mv, "acme")[-1]["contributed"] == {
-        "procedure_runs": [str(i) for i in r.ada_runs]}  # the ledger names the runs
+    contributed = _table(mv, "acme")[-1]["contributed"]
+    assert contributed["procedure_runs"] == [str(i) for i in r.ada_runs]  # names the runs
+    # ...and Ada's destroyed content key (issue 21): a restore's rows under it are removed
+    assert set(contributed) == {"procedure_runs", "content_keys"}
+    assert contributed["content_keys"] == [e.key_id for e in mv.rt.sealer.store.destroyed()]
     r.forgot = mv.forget([r.w.others[1]], principal=who).deleted
     assert _run_ids(mv, "acme") == set(r.bob_runs)
 

@@ -94,10 +94,12 @@ def test_free_text_is_pseudonymised(vault: MemoryVault, tenant: str) -> None:
                                   "provenance": {"tags": [email]}}, principal=who)
     assert r.placeholders and email not in r.name
     with vault.db.transaction(tenant) as conn:
-        blob = conn.execute("SELECT m.content, m.provenance::text AS prov, p.name, p.intent, "
+        # content is sealed (issue 21): key_id and content_sealed let the row factory open it
+        blob = conn.execute("SELECT m.id, m.content, m.key_id, m.content_sealed, "
+                            "m.provenance::text AS prov, p.name, p.intent, "
                             "p.steps::text AS steps FROM memories m JOIN procedures p ON "
                             "p.memory_id = m.id WHERE m.id = %s", (r.id,)).fetchone()
-    assert blob is not None
+    assert blob is not None and blob.pop("key_id") is not None and blob.pop("id") == r.id
     assert all(email not in str(v) for v in blob.values())
     assert all(r.placeholders[0] in str(v) for v in blob.values())
 

@@ -143,15 +143,22 @@ def test_erased_bytes_stay_until_the_scrub_removes_them(
     kept = marker("keep")
     long_text = (f"{erased[4]} " + letters(6000, 7) + f" {erased[4]} "
                  + letters(3000, 8) + f" {erased[4]}")
-    ids = [mv.remember(f"the subject mentioned {w} at the meeting", scope="s",
-                       subject=SUBJECT, principal=who).id for w in erased[:3]]
-    ids.append(mv.remember(long_text, scope="s", subject=SUBJECT, principal=who).id)
+    # issue 21: content is sealed under the subject's key, so each marker is also put in a
+    # field still stored in clear (provenance), for the scrub to have plaintext to remove;
+    # a marker in content only must be nowhere even before the scrub
+    sealed_only = marker("sealed")
+    ids = [mv.remember(f"the subject mentioned {w} at the meeting {sealed_only}", scope="s",
+                       subject=SUBJECT, provenance={"source_id": w}, principal=who).id
+           for w in erased[:3]]
+    ids.append(mv.remember(long_text, scope="s", subject=SUBJECT,
+                           provenance={"source_id": erased[4]}, principal=who).id)
     fact = mv.remember_many([{"content": f"derived fact about {erased[3]}", "scope": "s",
                               "subject": SUBJECT, "type": "fact",
+                              "provenance": {"source_id": erased[3]},
                               "derived_from": [str(ids[0]), str(ids[1])]}],
                             principal=who)[0].id
     keep_id = mv.remember(f"another person said {kept}", scope="s", subject="someone-else",
-                          principal=who).id
+                          provenance={"source_id": kept}, principal=who).id
     owner_sql(mv, "ANALYZE memories")  # planner statistics sample the content
     # the long memory really is stored out of line
     toast = owner_sql(mv, "SELECT pg_relation_size(reltoastrelid) FROM pg_class "
@@ -169,14 +176,15 @@ def test_erased_bytes_stay_until_the_scrub_removes_them(
     owner_sql(mv, "SELECT pg_switch_wal()")
     owner_sql(mv, "CHECKPOINT")
 
-    before = search(mv, data_dir, [*erased, kept])
+    before = search(mv, data_dir, [*erased, kept, sealed_only])
+    assert before[sealed_only] == set()  # sealed content: never in clear on disk
     everywhere = set().union(*(before[w] for w in erased))
     current = current_segment(mv)
     # WITHOUT a scrub the erased records are still in the data directory, in every kind of
     # place the scrub has to deal with:
     assert "memories" in everywhere  # the heap (dead tuples)
-    assert "memories_tsv" in everywhere  # the GIN full-text index (lexemes)
-    assert any(p.startswith("pg_toast_") for p in before[erased[4]])  # TOAST
+    # (the GIN full-text index holds keyed term hashes since 0014, and TOAST only the long
+    # memory's ciphertext since 0015: no plaintext marker reaches either)
     assert "pg_statistic" in everywhere  # planner statistics (sample values)
     wal = {p.removeprefix("wal:") for p in everywhere if p.startswith("wal:")}
     assert wal and any(seg > current for seg in wal)  # a recycled, not yet used segment
@@ -219,8 +227,8 @@ def test_a_second_erasure_is_scrubbed_with_recycling_already_off(
     who = mv.principal(tenant)
     scrub(mv.rt, tenants=[tenant])  # recycling off from here on (idempotent)
     words = [marker("again") for _ in range(3)]
-    ids = [mv.remember(f"note {w}", scope="s", subject=SUBJECT, principal=who).id
-           for w in words]
+    ids = [mv.remember(f"note {w}", scope="s", subject=SUBJECT,  # provenance: in clear
+                       provenance={"source_id": w}, principal=who).id for w in words]
     owner_sql(mv, "CHECKPOINT")
     assert set(mv.subjects.erase(SUBJECT, scope="s", principal=who).deleted) == set(ids)
     owner_sql(mv, "CHECKPOINT")
@@ -240,8 +248,8 @@ def test_erase_with_scrub_leaves_no_byte_behind(own: tuple[MemoryVault, Path]) -
     mv.ensure_tenant(tenant)
     who = mv.principal(tenant)
     words = [marker("scrubbed") for _ in range(3)]
-    ids = [mv.remember(f"note {w}", scope="s", subject=SUBJECT, principal=who).id
-           for w in words]
+    ids = [mv.remember(f"note {w}", scope="s", subject=SUBJECT,  # provenance: in clear
+                       provenance={"source_id": w}, principal=who).id for w in words]
     owner_sql(mv, "CHECKPOINT")
     erasure = mv.subjects.erase(SUBJECT, scope="s", principal=who, scrub=True)
     assert set(erasure.deleted) == set(ids)

@@ -18,13 +18,16 @@ from mnemovault.store import memories as memory_store
 from mnemovault.store.db import owner_connection
 from mnemovault.store.search import lexical_recount, lexical_stats
 from mnemovault.vault import MemoryVault
+from tests import lexical
 
 
-def _row(vault: MemoryVault, tenant: str, scope: str, content: str) -> tuple[Any, ...]:
+def _row(vault: MemoryVault, conn: Any, tenant: str, scope: str,
+         content: str) -> tuple[Any, ...]:
     now = datetime.now(UTC)
     vec = vault.rt.embedder.embed([content])[0]
     return (tenant, uuid.uuid4(), scope, None, "episode", content, None, vec, now, now,
-            Jsonb({}), None, 1)
+            Jsonb({}), None, 1, *lexical.doc(vault, conn, content),
+            None, None, None)  # not sealed (key_id, content_sealed, key_sealed)
 
 
 def _consistent(vault: MemoryVault, tenant: str, scope: str) -> dict[str, Any]:
@@ -53,7 +56,7 @@ def test_two_writers_of_one_scope_do_not_wait_on_each_other(vault: MemoryVault,
     def first() -> None:
         try:
             with vault.db.transaction(tenant) as conn:
-                memory_store.insert(conn, [_row(vault, tenant, "w", "violin concert friday")])
+                memory_store.insert(conn, [_row(vault, conn, tenant, "w", "violin concert friday")])
                 first_in.set()
                 assert release.wait(60)
         except BaseException as exc:  # reported below
@@ -68,7 +71,7 @@ def test_two_writers_of_one_scope_do_not_wait_on_each_other(vault: MemoryVault,
         # on a shared statistics row it would wait for it (lock_timeout: fail instead)
         with vault.db.transaction(tenant) as conn:
             conn.execute("SET LOCAL lock_timeout = '3s'")
-            memory_store.insert(conn, [_row(vault, tenant, "w", "violin budget spreadsheet")])
+            memory_store.insert(conn, [_row(vault, conn, tenant, "w", "violin budget spreadsheet")])
         s = _consistent(vault, tenant, "w")  # the open write is not counted yet
         assert s["doc_count"] == 2
     finally:
@@ -116,7 +119,7 @@ def test_a_fold_skips_the_deltas_of_open_writes(vault: MemoryVault, tenant: str)
 
     def writer() -> None:
         with vault.db.transaction(tenant) as conn:
-            memory_store.insert(conn, [_row(vault, tenant, "o", "puppy dentist")])
+            memory_store.insert(conn, [_row(vault, conn, tenant, "o", "puppy dentist")])
             in_tx.set()
             assert release.wait(60)
 

@@ -85,6 +85,12 @@ class Settings(BaseSettings):
 
     kek: str | None = None  # MNEMOVAULT_KEK: base64 of 32 bytes (else the key file)
     kek_file: Path | None = None  # default <data_dir>/kek.json, created 0600
+    # content keys (issue 21; mnemovault.pii.keystore): where the per-subject and per-scope
+    # keys that seal stored text live, outside the database: unset, a `keys` directory
+    # beside the key file; a directory path; or postgresql://... (a separate small database
+    # shared by several app servers, and by Citus). A backup of it kept past an erase
+    # undoes the shred: short retention, or a KMS.
+    key_store: str | None = None
     # numbers without a country code: tried in the default region, then each fallback
     # (the fallbacks are Presidio's default phone regions; bench/pii_detect.py measures them)
     phone_default_region: str | None = None

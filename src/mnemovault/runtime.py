@@ -21,6 +21,8 @@ from mnemovault.errors import ConfigError
 from mnemovault.llm import ChatProvider, make_provider
 from mnemovault.pii.crypto import KeyRing
 from mnemovault.pii.detect import Detector
+from mnemovault.pii.keystore import open_key_store
+from mnemovault.pii.sealing import Sealer
 from mnemovault.pii.vault import PiiVault, embedding_view
 from mnemovault.recall.ranking import FusionWeights
 from mnemovault.store import pii as pii_store
@@ -46,6 +48,7 @@ class Runtime:
     keyring: KeyRing
     text_view: str | None = None
     pii: PiiVault = field(init=False)
+    sealer: Sealer = field(init=False)
     detectors: list[Detector] = field(init=False)
     weights: FusionWeights = field(init=False)
     audit: AuditService = field(init=False)
@@ -61,6 +64,8 @@ class Runtime:
         self.text_view = resolve_text_view(self.db, self.embedder, s, self.text_view)
         self.embedder = self.embedder  # through __setattr__: wrapped in the view
         self.pii = PiiVault(self.keyring)
+        self.sealer = Sealer.of(open_key_store(self.keyring, s.key_store, s.data_dir))
+        self.db.row_hook = self.sealer.row_hook
         self.detectors = default_detectors(s)
         self.audit = setup_audit(self.db, s)
         self.weights = FusionWeights(
@@ -68,6 +73,11 @@ class Runtime:
             text=s.recall_text_weight, recency=s.recall_recency_weight,
             half_life_days=s.recall_recency_half_life_days, gate_low=s.recall_gate_low,
             gate_high=s.recall_gate_high)
+
+    def close(self) -> None:
+        """Close the database pool and the key store's connection."""
+        self.db.close()
+        self.sealer.store.close()
 
     @property
     def llm(self) -> ChatProvider:
@@ -107,7 +117,17 @@ class Runtime:
         db.open()
         if not settings.pii_pseudonymize:
             log.warning("PII_PSEUDONYMIZE=false: personal values are stored as written")
-        return cls(db, embedder, settings, keyring, text_view=view)
+        rt = cls(db, embedder, settings, keyring, text_view=view)
+        missing = sorted(set(rt.sealer.store.versions()) - set(keyring.keys))
+        if missing:
+            rt.sealer.store.close()
+            db.close()
+            raise ConfigError(
+                f"kek: the key store {rt.sealer.store!r} holds content keys wrapped under KEK "
+                f"version(s) {missing}, which {keyring.path or 'MNEMOVAULT_KEK'} does not "
+                "have; restore the original key file (or set MNEMOVAULT_KEK_FILE to it)",
+                field="kek")
+        return rt
 
 
 def view_embedder(embedder: Embedder, view: str) -> ViewEmbedder:

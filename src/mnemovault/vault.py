@@ -152,7 +152,7 @@ class MemoryVault:
         return mv
 
     def close(self) -> None:
-        self.rt.db.close()
+        self.rt.close()
 
     def __enter__(self) -> MemoryVault:
         return self

@@ -37,6 +37,8 @@ SUBSET = (
     "tests/test_postings.py",       # BM25 postings kept by triggers (on the shards), top-n
     "tests/test_visibility.py",     # the one visibility rule: pending, limits, reveal
     "tests/test_stat_deltas.py",    # BM25 statistics' deltas and their fold, access log
+    "tests/test_sealed_content.py", # content sealed under keys outside the database
+    "tests/test_keystore.py",       # the key stores (directory, PostgreSQL)
 )
 
 _EMBEDDED = ("makes a database of its own next to the session's by renaming the embedded "

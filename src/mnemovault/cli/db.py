@@ -126,6 +126,50 @@ def _print_ledger(led: dict[str, Any]) -> None:
                   f"{r['placeholders']} values", highlight=False)
 
 
+@db_app.command("seal")
+def db_seal(ctx: typer.Context, batch: Annotated[int, typer.Option(min=1, max=10000)] = 500,
+            as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Seal the memories written before content encryption (issue 21) under their owners'
+    content keys, in place, in committed batches (resumable: run it again after an
+    interruption), with a progress bar; then delete rows under destroyed keys. Every start
+    does the same before serving; this runs it on its own."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    from mnemovault.cli._common import err
+    from mnemovault.subjects import keys as content_keys
+
+    settings = _state(ctx).settings
+    token = content_keys.DEFER_SEAL.set(True)
+    try:
+        _require_database(settings)
+        with _vault(ctx, create=False) as vault, Progress(
+                SpinnerColumn(), TextColumn("{task.description}"), console=err,
+                disable=as_json) as progress:
+            task = progress.add_task("sealing memories: 0", total=None)
+            done = {"n": 0}
+
+            def step(tenant: str, n: int) -> None:
+                done["n"] += n
+                progress.update(task, description=f"sealing memories: {done['n']} "
+                                                  f"(tenant {tenant})")
+
+            sealed = content_keys.seal_existing(vault.rt, batch=batch, progress=step)
+            swept = content_keys.sweep(vault.rt)
+    except MnemoError as exc:
+        _fail(exc)
+        return
+    finally:
+        content_keys.DEFER_SEAL.reset(token)
+    res = {"sealed": sealed, "busy": sealed is None, "removed_under_destroyed_keys":
+           swept.removed}
+    if as_json:
+        _emit_json(res)
+    elif sealed is None:
+        out.print("another process is sealing this database now; nothing done")
+    else:
+        out.print(f"sealed {sealed} memories; removed {swept.removed} under destroyed keys")
+
+
 @db_app.command("reindex-terms")
 def db_reindex_terms(ctx: typer.Context,
                      batch: Annotated[int, typer.Option(min=1, max=10_000,

@@ -22,6 +22,7 @@ from mnemovault.facade import Section
 from mnemovault.models import Page
 from mnemovault.runtime import Runtime
 from mnemovault.subjects import access, erase, ledger, receipt, rectify
+from mnemovault.subjects import keys as content_keys
 from mnemovault.subjects.models import Erasure, Reapplied, Rectified, StartCheck
 
 
@@ -38,8 +39,12 @@ class SubjectsSection(Section):
     def on_start(rt: Runtime) -> StartCheck:
         """Compare the erasure ledger with the database and re-erase what a database
         restored from a backup lacks; see :func:`mnemovault.subjects.ledger.check_on_start`
-        (``MemoryVault.open`` calls it)."""
-        return ledger.check_on_start(rt)
+        (``MemoryVault.open`` calls it). Then the content keys' start work: rows not
+        sealed yet are sealed, rows under destroyed keys deleted
+        (:func:`mnemovault.subjects.keys.on_start`)."""
+        report = ledger.check_on_start(rt)
+        content_keys.on_start(rt)
+        return report
 
     def ensure_checked(self) -> StartCheck:
         """:meth:`on_start` unless it ran for this database in this process (a server

@@ -143,9 +143,14 @@ class Remover:
     remove: Callable[[Conn, list[uuid.UUID], Reach], dict[str, int]]
 
 
+CONTENT_KEYS = "content_keys"
+"""The ledger's kind for destroyed content keys: :func:`reapply` removes the memories
+sealed under them (with the named ones), so nothing else is left for a remover."""
+
 REMOVERS: dict[str, Remover] = {
     "procedure_runs": Remover(procedure_subjects.existing_runs,
                               procedure_subjects.reapply_runs),
+    CONTENT_KEYS: Remover(lambda conn, ids: [], lambda conn, ids, reach: {}),
 }
 """For a reapplication of the erasure ledger (:func:`reapply`), by kind of
 ``Reach.removed``. Every contributor that records ids names its remover here."""
@@ -213,6 +218,7 @@ class _Run:
     operation: str = "FORGET"
     reapply: dict[str, list[uuid.UUID]] = field(default_factory=dict)
     marker: bool = False
+    content_keys: list[uuid.UUID] = field(default_factory=list)
     removed: dict[str, list[uuid.UUID]] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
     actor: str | None = None
@@ -397,12 +403,16 @@ def forget(
 
 def erase(conn: Conn, *, tenant: str, target: Target, actor: str, agent: str | None = None,
           trigger: str = "api", request_id: str | None = None,
-          pii: PiiVault | None = None) -> ForgetOutcome:
+          pii: PiiVault | None = None,
+          content_keys: Sequence[uuid.UUID] = ()) -> ForgetOutcome:
     """Erase ``target`` (every memory of a subject in a scope, or of a whole scope) with
     everything that goes with it: the steps of :func:`forget` from a different first step.
     Always writes its ``ERASE`` audit row (an erase that finds nothing, e.g. a retry, is
     recorded too, with zero counts). The caller holds the target's advisory lock
-    (:func:`mnemovault.store.subjects.lock_for_erase`).
+    (:func:`mnemovault.store.subjects.lock_for_erase`). ``content_keys``: the target's
+    content keys (:mod:`mnemovault.pii.keystore`), which the caller destroys before it
+    commits; the ledger lists them (kind ``content_keys``), so a restored database's rows
+    under them are removed again.
 
     Raises:
         psycopg.errors.ForeignKeyViolation: a concurrent write derived from what is
@@ -410,7 +420,8 @@ def erase(conn: Conn, *, tenant: str, target: Target, actor: str, agent: str | N
     """
     run = _Run(tenant=tenant, ids=[], scope=target.scope, lock=True, subject=target.subject,
                target=target, pii=pii, operation="ERASE", actor=actor, agent=agent,
-               trigger=trigger, request_id=request_id)
+               trigger=trigger, request_id=request_id,
+               content_keys=sorted(set(content_keys)))
     _step_resolve(conn, run)
     return _rest(conn, run)
 
@@ -435,6 +446,9 @@ def reapply(conn: Conn, *, tenant: str, ids: Sequence[uuid.UUID],
     unknown = sorted(set(contributed) - set(REMOVERS))
     if unknown:
         raise ValueError(f"reapply: no remover for {unknown} (forget.REMOVERS)")
+    # rows sealed under a destroyed content key (a restored backup): removed with the rest
+    ids = sorted({*ids, *memory_store.under_keys(conn, tenant,
+                                                 sorted(contributed.get(CONTENT_KEYS, [])))})
     back = {k: REMOVERS[k].existing(conn, sorted(v)) for k, v in sorted(contributed.items())
             if v}
     run = _Run(tenant=tenant, ids=list(ids), scope=None, lock=True, pii=pii,
@@ -499,6 +513,8 @@ def _step_contribute(conn: Conn, run: _Run) -> None:
             run.contributed[k] = run.contributed.get(k, 0) + int(n)
     run.nodes = sorted({*run.nodes, *reach.nodes})
     run.edges = sorted({*run.edges, *reach.edges})
+    if run.content_keys:
+        reach.removed.setdefault(CONTENT_KEYS, []).extend(run.content_keys)
     run.removed = {k: sorted(set(v)) for k, v in sorted(reach.removed.items()) if v}
 
 

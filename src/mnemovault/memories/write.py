@@ -383,20 +383,25 @@ def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: 
     receipts: list[Receipt] = []
     rows = []
     displaced = 0
+    sealer = pii.content_writer(rt, conn, who.tenant)
     term_key = terms.tenant_key(rt.pii, conn, who.tenant)
     assert term_key is not None  # created on first use
     for p, vec in zip(prepared, vectors, strict=True):
         mid = uuid7()
+        key_id, sealed = sealer.content(p.item.scope, p.item.subject, mid, p.content)
+        stored_key, key_sealed = sealer.memory_key(p.item.scope, p.item.subject, mid,
+                                                   p.item.key)
         parent, version, superseded = None, 1, None
-        if p.item.key is not None:
+        if stored_key is not None:
             parent, version, superseded = _next_version(conn, who.tenant, p.item.scope,
-                                                        p.item.key, now, held)
+                                                        stored_key, now, held)
             displaced += held and superseded is not None
         tsv, tsv_length = terms.document(term_key, p.content)
-        row = (who.tenant, mid, p.item.scope, p.item.subject, p.item.type, p.content,
-               p.item.key, vec, p.item.created_at or now, now,
+        row = (who.tenant, mid, p.item.scope, p.item.subject, p.item.type,
+               store_memories.stored_plaintext(p.content), stored_key, vec,
+               p.item.created_at or now, now,
                Jsonb(p.item.provenance.model_dump(exclude_none=True)), parent, version,
-               tsv, tsv_length)
+               tsv, tsv_length, key_id, sealed, key_sealed)
         if p.item.key is not None:  # before the next item may supersede it
             (store_review.insert_held if held else store_memories.insert)(conn, [row])
         else:

@@ -15,10 +15,12 @@ use the same database and key file. What makes that safe:
    JSON Lines mirror as soon as its transaction commits.
 3. **Retire only what nothing uses, checked under a lock writers take.** A writer takes the
    wrap lock in share mode before it picks a KEK version
-   (:func:`mnemovault.store.pii.lock_wrap`). The retire takes it exclusively: once it holds
+   (:func:`mnemovault.store.pii.lock_wrap`), also before it creates a content key in the
+   key store (:mod:`mnemovault.pii.keystore`). The retire takes it exclusively: once it holds
    it, every wrap under an old version made by a writer that read the key file before the
-   rotation has committed; it then checks that no data key or tenant secret is left under
-   another version than the new one. If some are (such late writes), it lets go, rewraps
+   rotation has committed (a content key is in the key store before its writer commits);
+   it then checks that no data key, tenant secret or content key is left under another
+   version than the new one. If some are (such late writes), it lets go, rewraps
    their tenants and checks again; when none are, it rewrites the key file without the old
    versions *while still holding the lock*, so no writer can wrap under them any more.
 4. **One rotation at a time** (a session advisory lock on the owner's connection; a second
@@ -56,14 +58,15 @@ Conn = psycopg.Connection[Any]
 
 def rotate_kek(rt: Runtime, *, retire: bool = False) -> dict[str, Any]:
     """Operator path (the database owner's connection): make a new KEK version current and
-    rewrap every DEK and tenant secret under it, one tenant per transaction; ciphertexts are
+    rewrap every DEK and tenant secret under it, one tenant per transaction, then every
+    content key of the key store (each replaced atomically on its own); ciphertexts are
     not touched. With ``retire`` the other versions are then destroyed (removed from the key
     file), so a wrapped DEK left in old table pages, WAL or a backup can no longer be
     opened; only once a final check under the wrap lock finds nothing under them (module
     docstring). Safe while other processes read and write.
 
     Returns ``{"kek_version": new, "rewrapped": DEKs rewrapped, "tenants": tenants
-    rewrapped, "retired": [destroyed versions]}``.
+    rewrapped, "content_keys": key-store keys rewrapped, "retired": [destroyed versions]}``.
 
     Raises:
         ConfigError: the KEKs come from ``MNEMOVAULT_KEK`` (no key file to rotate), or the
@@ -85,9 +88,11 @@ def rotate_kek(rt: Runtime, *, retire: bool = False) -> dict[str, Any]:
         new = keyring.add_version()  # the old versions stay in the file
         log.info("kek: version %d is current; rewrapping", new)
         _rewrap(rt, conn, new, store.tenants_not_under(conn, new), counts, retire)
+        content_keys = rt.sealer.store.rewrap(new)
+        log.info("kek: %d content key(s) in the key store rewrapped", content_keys)
         retired = _retire(rt, conn, new, counts) if retire else []
     return {"kek_version": new, "rewrapped": sum(counts.values()),
-            "tenants": len(counts), "retired": retired}
+            "tenants": len(counts), "content_keys": content_keys, "retired": retired}
 
 
 def _rewrap(rt: Runtime, conn: Conn, new: int, tenants: list[str], counts: dict[str, int],
@@ -141,7 +146,8 @@ def _retire(rt: Runtime, conn: Conn, new: int, counts: dict[str, int]) -> list[i
             with conn.transaction():
                 store.lock_retire(conn, RETIRE_LOCK_TIMEOUT_MS)
                 left = store.tenants_not_under(conn, new)
-                if not left:
+                late_keys = rt.sealer.store.not_under(new)  # the key store too, same lock
+                if not left and not late_keys:
                     old = sorted(v for v in keyring.keys if v != new)
                     keyring.retire(old)  # the key file is replaced while the lock is held
                     log.info("kek: destroyed versions %s", old)
@@ -151,9 +157,10 @@ def _retire(rt: Runtime, conn: Conn, new: int, counts: dict[str, int]) -> list[i
             log.warning("kek: writers held the wrap lock for %d ms; trying again",
                         RETIRE_LOCK_TIMEOUT_MS)
             continue
-        log.info("kek: %d tenant(s) wrote under an old version during the rotation; "
-                 "rewrapping them", len(left))
+        log.info("kek: %d tenant(s) and %d content key(s) were written under an old version "
+                 "during the rotation; rewrapping them", len(left), len(late_keys))
         _rewrap(rt, conn, new, left, counts, True)
+        rt.sealer.store.rewrap(new)
     raise Unavailable(
         f"kek: the old versions were not retired (in {RETIRE_ROUNDS} rounds, writers held "
         f"the wrap lock {waited} times or kept writing under an old version); every value "

@@ -24,6 +24,7 @@ from mnemovault import visibility
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
 from mnemovault.errors import Forbidden, NotFound, ValidationError
+from mnemovault.pii.sealing import SealWriter
 from mnemovault.pii.translate import (  # noqa: F401 (the read side, re-exported)
     NAME_TOKENS,
     Translator,
@@ -37,6 +38,15 @@ from mnemovault.store import ledger as ledger_store
 from mnemovault.store import pii as store
 
 MAX_PLACEHOLDER_CHARS = 64
+
+
+def content_writer(rt: Runtime, conn: Conn, tenant: str) -> SealWriter:
+    """What seals the stored texts of one write transaction under their owners' content
+    keys (:mod:`mnemovault.pii.sealing`): the wrap lock is taken in share mode first, as
+    for a vault data key, so a KEK retire sees a content key created here."""
+    fp_key = rt.pii.tenant_keys(conn, tenant).fingerprint_key
+    store.lock_wrap(conn)
+    return rt.sealer.writer(tenant, fp_key)
 
 Conn = psycopg.Connection[Any]
 

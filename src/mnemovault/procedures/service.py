@@ -306,11 +306,13 @@ def capture(rt: Runtime, who: Principal, item: ProcedureInput | dict[str, Any], 
             prov = {**prov, **review_store.held_provenance(who.actor)}
         vec = rt.embedder.embed([w.query(p.question)])[0]
         content = _content(s_name, s_intent)
+        key_id, sealed = pii.content_writer(rt, conn, who.tenant).content(
+            scope, s_subject, mid, content)
         store.insert(conn, tenant=who.tenant, memory_id=mid, scope=scope, subject=s_subject,
                      content=content, embedding=vec, status=status, provenance=prov,
                      parent_id=None, version=1, now=now, name=s_name, intent=s_intent,
-                     steps=s_steps, terms=terms.document(_term_key(rt, conn, who.tenant),
-                                                         content))
+                     steps=s_steps, key_id=key_id, sealed=sealed,
+                     terms=terms.document(_term_key(rt, conn, who.tenant), content))
         _index(rt, conn, who.tenant, mid, w,
                [content, scope, s_subject, *steps_mod.free_texts(Steps(**s_steps)),
                 *(v for v in prov.values() if isinstance(v, str)), *prov["tags"]])
@@ -371,11 +373,13 @@ def new_version(rt: Runtime, who: Principal, parent_id: uuid.UUID | str,
         superseded = None
         if status == "active":
             superseded = pid if store.supersede(conn, who.tenant, pid, now) else None
+        key_id, sealed = pii.content_writer(rt, conn, who.tenant).content(
+            parent["scope"], parent["subject_id"], mid, content)
         store.insert(conn, tenant=who.tenant, memory_id=mid, scope=parent["scope"],
                      subject=parent["subject_id"], content=content, embedding=vec,
                      status=status, provenance=prov, parent_id=pid,
                      version=int(parent["version"]) + 1, now=now, name=s_name,
-                     intent=s_intent, steps=s_steps,
+                     intent=s_intent, steps=s_steps, key_id=key_id, sealed=sealed,
                      terms=terms.document(_term_key(rt, conn, who.tenant), content))
         _index(rt, conn, who.tenant, mid, w,
                [content, parent["scope"], parent["subject_id"],

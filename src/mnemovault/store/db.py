@@ -158,6 +158,9 @@ class Database:
         self.after_commit: list[Callable[[str], object]] = []
         self._fold_counts: dict[str, int] = {}
         self._fold_lock = threading.Lock()
+        # opens the sealed columns of every row read on an application connection
+        # (mnemovault.pii.sealing, set by the runtime): (tenant, row) -> row
+        self.row_hook: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None
         self._tenant_key: bytes | None = None  # read on first use (migration 0005)
         self.citus = False  # the server has Citus (set by open())
         self._sign_ids: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = (
@@ -386,7 +389,7 @@ class Database:
             self.app_url,
             min_size=1,
             max_size=self.pool_max_size,
-            kwargs={"row_factory": dict_row,
+            kwargs={"row_factory": self._row_factory,
                     "connect_timeout": max(2, math.ceil(self.connect_timeout))},
             configure=self._configure,
             check=self._check,
@@ -396,6 +399,22 @@ class Database:
             name="mnemovault",
         )
         self._pool.open(wait=True, timeout=30)
+
+    def _row_factory(self, cursor: Any) -> Any:
+        """Rows as dicts; a row with sealed columns (``<col>_sealed`` and ``key_id``) goes
+        through :attr:`row_hook`, which opens them: the one place where stored text is
+        decrypted, so every reader gets it by construction (and only rows returned are)."""
+        make = dict_row(cursor)
+        hook = self.row_hook
+        desc = cursor.description
+        if hook is None or desc is None or not any(c.name.endswith("_sealed") for c in desc):
+            return make
+        conn = cursor.connection
+
+        def row(values: Any) -> dict[str, Any]:
+            return hook(_tenants.get(conn, ""), make(values))
+
+        return row
 
     def close(self) -> None:
         if self._pool is not None:

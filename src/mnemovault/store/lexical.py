@@ -33,7 +33,9 @@ def plain_by_tenant(conn: Conn) -> dict[str, int]:
 def plain_batch(conn: Conn, tenant: str, limit: int) -> list[dict[str, Any]]:
     """Up to ``limit`` rows of ``tenant`` left to re-index (``id``, ``content``), by id,
     locked ``FOR UPDATE`` (a concurrent rectify waits, then rewrites them itself)."""
-    return conn.execute("SELECT id, content FROM memories WHERE tenant_id = %s "
+    # key_id and content_sealed: a sealed row's content is opened by the row factory
+    return conn.execute("SELECT id, content, key_id, content_sealed FROM memories "
+                        "WHERE tenant_id = %s "
                         "AND NOT terms_keyed ORDER BY id LIMIT %s FOR UPDATE",
                         (tenant, limit)).fetchall()
 

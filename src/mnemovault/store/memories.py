@@ -22,9 +22,30 @@ import psycopg
 
 COLUMNS = (
     "id, scope, subject_id, type, content, key, pinned, archived, status, created_at, "
-    "updated_at, last_accessed_at, access_count, provenance, parent_id, version"
+    "updated_at, last_accessed_at, access_count, provenance, parent_id, version, key_id, "
+    "content_sealed, key_sealed"
 )
-"""The columns a :class:`~mnemovault.models.Memory` is built from (never the embedding)."""
+"""The columns a :class:`~mnemovault.models.Memory` is built from (never the embedding).
+``content_sealed`` under ``key_id`` is opened into ``content`` by the connection's row
+factory (:meth:`mnemovault.store.db.Database._row_factory`), so every reader gets the
+text, or ``[erased]`` when its key was destroyed; ``key`` likewise from ``key_sealed`` (the
+stored ``key`` column, a keyed hash, stays in ``key_hash``)."""
+
+INSERT_COLUMNS = ("tenant_id, id, scope, subject_id, type, content, key, embedding, "
+                  "created_at, updated_at, provenance, parent_id, version, tsv, tsv_length, "
+                  "key_id, content_sealed, key_sealed")
+INSERT_ROW = "(" + ", ".join(["%s"] * 13 + ["%s::tsvector"] + ["%s"] * 4) + ")"
+_ROW = INSERT_ROW
+
+# The plaintext column of a sealed row is written empty: the lexical index reads keyed terms
+# the application computes (migration 0014_hashed_terms), never the column. (True: written
+# in clear too; only the bench's baseline sets it.)
+KEEP_PLAINTEXT = False
+
+
+def stored_plaintext(content: str) -> str:
+    """What the plaintext ``content`` column receives for a sealed row."""
+    return content if KEEP_PLAINTEXT else ""
 
 Conn = psycopg.Connection[Any]
 
@@ -57,21 +78,15 @@ def supersede(conn: Conn, tenant: str, scope: str, key: str,
 def insert(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
     """Insert memories. Each row: (tenant_id, id, scope, subject_id, type, content, key,
     embedding, created_at, updated_at, provenance (Jsonb), parent_id, version, tsv,
-    tsv_length): the last two the keyed terms of the content
-    (:func:`mnemovault.recall.terms.document`)."""
+    tsv_length, key_id, content_sealed, key_sealed) (:data:`INSERT_COLUMNS`): tsv and
+    tsv_length the keyed terms of the content (:func:`mnemovault.recall.terms.document`)."""
     if not rows:
         return
     with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO memories (tenant_id, id, scope, subject_id, type, content, key, "
-            "embedding, created_at, updated_at, provenance, parent_id, version, tsv, "
-            "tsv_length) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
-            "%s::tsvector, %s)",
-            rows,
-        )
+        cur.executemany(f"INSERT INTO memories ({INSERT_COLUMNS}) VALUES {_ROW}", rows)
 
 
-_ROWS_PER_STATEMENT = 1000  # 15 parameters a row: far below PostgreSQL's 65,535
+_ROWS_PER_STATEMENT = 1000  # 18 parameters a row: far below PostgreSQL's 65,535
 
 
 def insert_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -80,13 +95,9 @@ def insert_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
     batch instead of once a row."""
     for i in range(0, len(rows), _ROWS_PER_STATEMENT):
         chunk = rows[i: i + _ROWS_PER_STATEMENT]
-        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
-                            "%s::tsvector, %s)"] * len(chunk))
-        conn.execute(
-            "INSERT INTO memories (tenant_id, id, scope, subject_id, type, content, key, "
-            "embedding, created_at, updated_at, provenance, parent_id, version, tsv, "
-            "tsv_length) VALUES "
-            + values, [v for row in chunk for v in row])
+        values = ", ".join([_ROW] * len(chunk))
+        conn.execute(f"INSERT INTO memories ({INSERT_COLUMNS}) VALUES " + values,
+                     [v for row in chunk for v in row])
 
 
 # -- read ----------------------------------------------------------------------------------
@@ -354,11 +365,43 @@ def preview_rows(conn: Conn, tenant: str, ids: Sequence[uuid.UUID]) -> list[dict
     """``id``, ``scope``, ``subject_id``, ``type``, ``archived``, ``status``, ``created_at``
     and ``content``
     (at most 1000 characters) of ``ids``, in id order."""
-    return conn.execute(
+    rows = conn.execute(
         "SELECT id, scope, subject_id, type, archived, status, created_at, "
-        "left(content, 1000) AS content "
+        "content, key_id, content_sealed "
         "FROM memories WHERE tenant_id = %s AND id = ANY(%s) ORDER BY id",
         (tenant, list(ids))).fetchall()
+    for r in rows:
+        r["content"] = r["content"][:1000]
+        r.pop("key_id", None)
+    return rows
+
+
+def under_keys(conn: Conn, tenant: str, key_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+    """Ids of the memories sealed under any of ``key_ids``, in id order."""
+    if not key_ids:
+        return []
+    rows = conn.execute("SELECT id FROM memories WHERE tenant_id = %s AND key_id = ANY(%s) "
+                        "ORDER BY id", (tenant, list(key_ids))).fetchall()
+    return [r["id"] for r in rows]
+
+
+def unsealed(conn: Conn, tenant: str, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` rows written before sealing (``key_id`` NULL), locked, in id order:
+    ``id``, ``scope``, ``subject_id``, ``content``, ``key``."""
+    return conn.execute(
+        "SELECT id, scope, subject_id, content, key FROM memories WHERE tenant_id = %s AND "
+        "key_id IS NULL ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED",
+        (tenant, limit)).fetchall()
+
+
+def set_sealed(conn: Conn, tenant: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Seal rows in place: each (id, key_id, content_sealed, plaintext column, stored key,
+    key_sealed)."""
+    with conn.cursor() as cur:
+        cur.executemany("UPDATE memories SET key_id = %s, content_sealed = %s, content = %s, "
+                        "key = %s, key_sealed = %s WHERE tenant_id = %s AND id = %s",
+                        [(k, blob, plain, skey, kblob, tenant, i)
+                         for i, k, blob, plain, skey, kblob in rows])
 
 
 def delete(conn: Conn, tenant: str, ids: Sequence[uuid.UUID]) -> None:

@@ -24,11 +24,14 @@ import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
 
+from mnemovault.store.memories import stored_plaintext
+
 Conn = psycopg.Connection[Any]
 
 PROCEDURE_COLUMNS = (
     "m.id, m.scope, m.subject_id, m.content, m.pinned, m.archived, m.status, m.created_at, "
-    "m.updated_at, m.provenance, m.parent_id, m.version, p.name, p.intent, p.steps, p.runs, "
+    "m.updated_at, m.provenance, m.parent_id, m.version, m.key_id, m.content_sealed, "
+    "p.name, p.intent, p.steps, p.runs, "
     "p.successes, p.judged_runs, p.judged_successes, p.first_used, p.last_used"
 )
 """The columns a :class:`~mnemovault.procedures.models.Procedure` is built from."""
@@ -49,16 +52,18 @@ _FROM = ("FROM memories m JOIN procedures p ON p.tenant_id = m.tenant_id "
 def insert(conn: Conn, *, tenant: str, memory_id: uuid.UUID, scope: str, subject: str | None,
            content: str, embedding: Any, status: str, provenance: dict[str, Any],
            parent_id: uuid.UUID | None, version: int, now: datetime, name: str, intent: str,
-           steps: dict[str, Any], terms: tuple[str, int]) -> None:
+           steps: dict[str, Any], terms: tuple[str, int], key_id: uuid.UUID,
+           sealed: bytes) -> None:
     """Insert a procedure: its ``memories`` row (type ``procedure``) and its
     ``procedures`` row. ``embedding`` None copies the parent's (a new version asked
     without a question). ``terms``: the content's keyed terms, (tsv, tsv_length)."""
     cols = ("tenant_id, id, scope, subject_id, type, content, embedding, status, created_at, "
-            "updated_at, provenance, parent_id, version, tsv, tsv_length")
+            "updated_at, provenance, parent_id, version, tsv, tsv_length, key_id, "
+            "content_sealed")
     params = {"t": tenant, "id": memory_id, "scope": scope, "subject": subject,
-              "content": content, "emb": embedding, "status": status, "now": now,
-              "prov": Jsonb(provenance), "parent": parent_id, "version": version,
-              "tsv": terms[0], "tsvlen": terms[1]}
+              "content": stored_plaintext(content), "emb": embedding, "status": status,
+              "now": now, "prov": Jsonb(provenance), "parent": parent_id, "version": version,
+              "tsv": terms[0], "tsvlen": terms[1], "kid": key_id, "sealed": sealed}
     if embedding is None:
         # the parent's own tenant_id as the new row's: on Citus the INSERT ... SELECT then
         # runs on the shard (a constant there makes Citus copy the row through the
@@ -66,14 +71,15 @@ def insert(conn: Conn, *, tenant: str, memory_id: uuid.UUID, scope: str, subject
         conn.execute(
             f"INSERT INTO memories ({cols}) SELECT tenant_id, %(id)s, %(scope)s, %(subject)s, "
             "'procedure', %(content)s, embedding, %(status)s, %(now)s, %(now)s, %(prov)s, "
-            "%(parent)s, %(version)s, %(tsv)s::tsvector, %(tsvlen)s FROM memories "
-            "WHERE tenant_id = %(t)s AND id = %(parent)s",
+            "%(parent)s, %(version)s, %(tsv)s::tsvector, %(tsvlen)s, %(kid)s, %(sealed)s "
+            "FROM memories WHERE tenant_id = %(t)s AND id = %(parent)s",
             params)
     else:
         conn.execute(
             f"INSERT INTO memories ({cols}) VALUES (%(t)s, %(id)s, %(scope)s, %(subject)s, "
             "'procedure', %(content)s, %(emb)s, %(status)s, %(now)s, %(now)s, %(prov)s, "
-            "%(parent)s, %(version)s, %(tsv)s::tsvector, %(tsvlen)s)", params)
+            "%(parent)s, %(version)s, %(tsv)s::tsvector, %(tsvlen)s, %(kid)s, %(sealed)s)",
+            params)
     conn.execute(
         "INSERT INTO procedures (tenant_id, memory_id, name, intent, steps, created_at) "
         "VALUES (%s, %s, %s, %s, %s, %s)",
@@ -340,13 +346,14 @@ def stored_texts(conn: Conn, tenant: str, ids: Sequence[uuid.UUID]) -> dict[uuid
     """Per procedure, every stored free-text field of it and of its remaining runs, joined
     (where its placeholders can be)."""
     rows = conn.execute(
-        "SELECT m.id, concat_ws(' ', m.content, m.scope, m.subject_id, m.key, "
+        "SELECT m.id, m.content, m.key_id, m.content_sealed, "
+        "concat_ws(' ', m.scope, m.subject_id, m.key, "
         "m.provenance::text, p.name, p.intent, p.steps::text, "
         "(SELECT string_agg(concat_ws(' ', r.subject_id, r.evaluator, r.provenance::text), "
         "' ') FROM procedure_runs r WHERE r.tenant_id = m.tenant_id "
         "AND r.procedure_id = m.id)) AS texts "
         f"{_FROM} WHERE m.tenant_id = %s AND m.id = ANY(%s)", (tenant, list(ids))).fetchall()
-    return {r["id"]: r["texts"] or "" for r in rows}
+    return {r["id"]: " ".join(t for t in (r["content"], r["texts"]) if t) for r in rows}
 
 
 def supported_nodes(conn: Conn, tenant: str, memory_id: uuid.UUID) -> list[str]:

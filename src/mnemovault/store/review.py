@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from mnemovault.store.memories import COLUMNS
+from mnemovault.store.memories import COLUMNS, INSERT_COLUMNS, INSERT_ROW
 
 Conn = psycopg.Connection[Any]
 
@@ -60,10 +60,8 @@ def insert_held(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
         return
     with conn.cursor() as cur:
         cur.executemany(
-            "INSERT INTO memories (tenant_id, id, scope, subject_id, type, content, key, "
-            "embedding, created_at, updated_at, provenance, parent_id, version, tsv, "
-            "tsv_length, status) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
-            "%s, %s::tsvector, %s, 'pending_review')",
+            f"INSERT INTO memories ({INSERT_COLUMNS}, status) "
+            f"VALUES {INSERT_ROW[:-1]}, 'pending_review')",
             rows,
         )
 

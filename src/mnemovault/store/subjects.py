@@ -34,7 +34,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from mnemovault.errors import Conflict
-from mnemovault.store.memories import COLUMNS
+from mnemovault.store.memories import COLUMNS, stored_plaintext
 
 Conn = psycopg.Connection[Any]
 
@@ -150,6 +150,7 @@ def lock_memory(conn: Conn, tenant: str, memory_id: uuid.UUID) -> dict[str, Any]
 
 def replace_content(conn: Conn, tenant: str, memory_id: uuid.UUID, content: str,
                     embedding: Any, now: datetime, *, terms: tuple[str, int],
+                    key_id: uuid.UUID, sealed: bytes,
                     flags: str | None = None) -> dict[str, Any]:
     """Replace a memory's content, its keyed terms (``terms``: tsv, tsv_length) and its
     embedding in place (a rectification): the version
@@ -161,10 +162,12 @@ def replace_content(conn: Conn, tenant: str, memory_id: uuid.UUID, content: str,
              ", provenance = coalesce(provenance, '{}'::jsonb) || %(label)s")
     row = conn.execute(
         f"UPDATE memories SET content = %(content)s, embedding = %(emb)s, "
+        f"key_id = %(kid)s, content_sealed = %(sealed)s, "
         f"tsv = %(tsv)s::tsvector, tsv_length = %(tsvlen)s, terms_keyed = true, "
         f"version = version + 1, updated_at = %(now)s{label} "
         f"WHERE tenant_id = %(t)s AND id = %(id)s RETURNING {COLUMNS}",
-        {"content": content, "emb": embedding, "now": now, "t": tenant, "id": memory_id,
+        {"content": stored_plaintext(content), "emb": embedding, "now": now, "t": tenant,
+         "id": memory_id, "kid": key_id, "sealed": sealed,
          "tsv": terms[0], "tsvlen": terms[1],
          "label": Jsonb({"injection_flags": flags})}).fetchone()
     assert row is not None

@@ -10,6 +10,14 @@ audit row (counts, first ten ids, a Merkle root over all ids, keyed fingerprints
 subject and the scope; never content) and one erasure-ledger row. Then a receipt signed
 with the audit log's Ed25519 key (:mod:`mnemovault.subjects.receipt`).
 
+Content keys (issue 21): the subject's content key in the scope (every content key of the
+scope, for a whole-scope erase) is destroyed in the key store as the last step before the
+commit, and listed in the ledger entry (kind ``content_keys``). Every copy of the subject's
+rows anywhere (WAL, replicas, backups, exports) is unreadable from then on. A crash
+between the destroy and the commit leaves rows under a destroyed key: they read as
+``[erased]`` on every path, and the next start deletes them (audited,
+:func:`mnemovault.subjects.keys.sweep`).
+
 Race: the erase takes the exclusive advisory lock of (tenant, scope, subject) (of the scope
 for a whole-scope erase) first; a write of that subject takes it shared
 (:func:`mnemovault.store.subjects.lock_for_write`). A write that comes second fails at once
@@ -131,9 +139,16 @@ def erase(rt: Runtime, who: Principal, *, scope: str, subject: str | None = None
                                          timeout=rt.settings.erase_lock_timeout_seconds)
             if who.limited:
                 _check_reach(rt, conn, who, target)
+            keys = rt.sealer.store.owned(who.tenant, target.scope_fp or "",
+                                         target.subject_fp)
             out = forget_mod.erase(conn, tenant=who.tenant, target=target, actor=who.actor,
                                    agent=who.agent, trigger=trigger, request_id=request_id,
-                                   pii=rt.pii if rt.settings.pii_pseudonymize else None)
+                                   pii=rt.pii if rt.settings.pii_pseudonymize else None,
+                                   content_keys=[uuid.UUID(k) for k in keys])
+            # last before the commit: a crash from here on leaves rows under destroyed
+            # keys, which read as erased and which the next start deletes
+            # (mnemovault.subjects.keys.sweep); a crash before it leaves everything
+            destroy_keys(rt, who.tenant, keys)
     except Conflict as exc:
         if caused_by(exc, psycopg.errors.ForeignKeyViolation):
             raise Conflict("subject: a concurrent write refers to a memory being erased; "
@@ -158,6 +173,14 @@ def erase(rt: Runtime, who: Principal, *, scope: str, subject: str | None = None
         report = scrub_mod.scrub(rt, who, tenants=[who.tenant], request_id=request_id)
         done.scrub = report.as_dict()
     return done
+
+
+def destroy_keys(rt: Runtime, tenant: str, key_ids: list[str]) -> None:
+    """Destroy content keys in the key store and drop them from this process's cache (the
+    erase's last step before its commit)."""
+    if key_ids:
+        rt.sealer.store.destroy(tenant, key_ids)
+        rt.sealer.cache.evict(tenant, key_ids)
 
 
 def _check_reach(rt: Runtime, conn: psycopg.Connection[Any], who: Principal,

@@ -121,7 +121,7 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
             raise NotFound("id: no memory with this id", field="id")
         if (held and locked["status"] == "active" and locked["key"] is not None
                 and review_store.key_versions(conn, who.tenant, locked["scope"],
-                                              locked["key"])[1] is not None):
+                                              locked["key_hash"])[1] is not None):
             raise Conflict("id: its key has a version pending review; approve or reject "
                            "that one first (a key waits on one pending version), or "
                            "rectify the pending one", field="id")
@@ -139,11 +139,13 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
         # detectors found in it (a placeholder typed into it is quoted: visibility)
         kept = visibility_store.carried_by(conn, who.tenant, mid)
         graph.delete_support(conn, [mid])
+        key_id, sealed = pii.content_writer(rt, conn, who.tenant).content(
+            locked["scope"], locked["subject_id"], mid, text)
         key = terms.tenant_key(rt.pii, conn, who.tenant)
         assert key is not None  # created on first use
         new = subject_store.replace_content(conn, who.tenant, mid, text, vector,
-                                            datetime.now(UTC), flags=flags,
-                                            terms=terms.document(key, text))
+                                            datetime.now(UTC), key_id=key_id, sealed=sealed,
+                                            flags=flags, terms=terms.document(key, text))
         status = str(new["status"])
         if held and status in ("active", "pending_review"):  # the gate holds the new text
             review_store.hold(conn, who.tenant, [mid], captured_by=who.actor)

@@ -1,7 +1,7 @@
 """BM25 statistics without a row every writer of a scope locks (issue 29).
 
 Revision ID: 0016_stat_deltas
-Revises: 0014_hashed_terms
+Revises: 0015_sealed_content
 Create Date: 2026-12-02
 
 Migration 0009's triggers upsert the scope's one ``lexical_scope_stats`` row (and the
@@ -60,7 +60,7 @@ from mnemovault.store.migrations.tenancy import tenant_table
 from mnemovault.store.migrations.triggers import TriggerFunction, TriggerSet
 
 revision = "0016_stat_deltas"
-down_revision = "0014_hashed_terms"
+down_revision = "0015_sealed_content"
 branch_labels = None
 depends_on = None
 
