@@ -138,14 +138,9 @@ class MemoryVault:
             ConfigError: the database was built with a different embedder.
             Unavailable: the database could not be started or migrated.
         """
-        settings = settings or Settings()
-        updates: dict[str, Any] = {}
-        if data_dir is not None:
-            updates["data_dir"] = Path(data_dir)
-        if database_url is not None:
-            updates["database_url"] = database_url
-        if updates:
-            settings = settings.model_copy(update=updates)
+        updates = {k: v for k, v in (("data_dir", None if data_dir is None else Path(data_dir)),
+                                     ("database_url", database_url)) if v is not None}
+        settings = (settings or Settings()).model_copy(update=updates)
         rt = Runtime.open(settings, embedder=embedder, migrate=migrate)
         mv = cls(rt.db, rt.embedder, rt.settings, rt.keyring)
         SubjectsSection.on_start(mv.rt)  # a database behind its erasure ledger: re-erased
@@ -257,6 +252,11 @@ class MemoryVault:
         return read.page(self.rt, self._who(principal), scope=scope, subject=subject,
                          limit=limit, cursor=cursor, include_superseded=include_superseded,
                          flagged=flagged)
+
+    def stored_source_ids(self, scopes: builtins.list[str], *,
+                          principal: Principal | None = None) -> dict[str, set[str]]:
+        """``provenance.source_id`` values stored per scope (an import skips them)."""
+        return read.source_ids(self.rt, self._who(principal), scopes)
 
     def wake(self, *, scope: str, subject: str | None = None, budget: int = 1000,
              principal: Principal | None = None) -> WakeState:
