@@ -216,7 +216,11 @@ def _emit_json(obj: Any) -> None:
 
 
 def _print_hits(hits: list[Any]) -> None:
-    """Recall hits as a table (``recall`` and ``demo``)."""
+    """Recall hits as a table (``recall`` and ``demo``); no hits: a sentence saying so,
+    not an empty table."""
+    if not hits:
+        out.print("no memory matches (nothing to show)", highlight=False)
+        return
     table = Table(show_lines=False)
     table.add_column("#", justify="right")
     table.add_column("score", justify="right")
