@@ -5,6 +5,7 @@ tries the server fast path (:mod:`._remote`) and only then imports this module."
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from pathlib import Path
 from typing import Annotated, Any
@@ -30,14 +31,22 @@ from mnemovault.cli import (
     tenants,
     wake,
 )
-from mnemovault.cli._common import State, _fail
-from mnemovault.config import Settings
+from mnemovault.cli._common import State, _fail, _given_globals, err
+from mnemovault.config import Settings, env_name, unknown_variables
 from mnemovault.errors import ConfigError, ValidationError
 
 __all__ = ["app"]
 
 app = typer.Typer(help="mnemovault: governed long-term memory for AI agents.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from mnemovault import __version__
+
+        typer.echo(f"mnemovault {__version__}")
+        raise typer.Exit(0)
 
 
 @app.callback()
@@ -49,6 +58,9 @@ def main_callback(
              "DATABASE_URL.")] = None,
     tenant: Annotated[str | None, typer.Option(help="Tenant for local commands.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress.")] = False,
+    version: Annotated[bool, typer.Option(
+        "--version", metavar="", is_eager=True, callback=_print_version,
+        help="Print the version and exit.")] = False,
 ) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -56,14 +68,26 @@ def main_callback(
     if data_dir is not None and not data_dir.strip():
         # `--data-dir "$DIR"` with DIR unset: never fall back to "." or the default dir
         _fail(ValidationError("data-dir: must not be empty", field="data_dir"))
+    for name, close in unknown_variables(dict(os.environ)):
+        err.print(f"warning: {name} is not a mnemovault setting (ignored)"
+                  + (f"; did you mean {close}?" if close else ""), highlight=False,
+                  markup=False, soft_wrap=True)
     try:
         settings = Settings()
     except PydanticValidationError as exc:
         e = exc.errors()[0]
-        name = ".".join(str(p) for p in e["loc"]) or "settings"
-        _fail(ConfigError(f"{name}: {e['msg']} (check the MNEMOVAULT_* environment)",
-                          field=name))
+        field = ".".join(str(p) for p in e["loc"]) or "settings"
+        var = env_name(field)
+        rule = e["msg"].removeprefix("Value error, ")
+        _fail(ConfigError(f"{var}: {rule} (the environment variable {var}, setting "
+                          f"{field!r})", field=field))
         return
+    given = []
+    if data_dir is not None:
+        given += ["--data-dir", data_dir]
+    if tenant is not None:
+        given += ["--tenant", tenant]
+    _given_globals(given)
     updates: dict[str, Any] = {}
     if data_dir is not None:
         updates["data_dir"] = Path(data_dir)

@@ -46,6 +46,22 @@ class State:
     settings: Settings
 
 
+_GIVEN: list[str] = []  # the global options of this invocation, as given (for hints)
+
+
+def _given_globals(options: list[str]) -> None:
+    """Record the global options this invocation was given (the root callback does)."""
+    _GIVEN[:] = options
+
+
+def _hint(command: str) -> str:
+    """``mnemovault <the global options given> <command>``: a command a hint prints, which
+    acts on the same data dir and tenant when pasted (issue 28 item 8)."""
+    import shlex
+
+    return " ".join(["mnemovault", *(shlex.quote(o) for o in _GIVEN), command])
+
+
 def _state(ctx: typer.Context) -> State:
     return ctx.ensure_object(State)
 

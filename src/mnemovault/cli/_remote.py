@@ -235,7 +235,7 @@ def run(argv: list[str]) -> int | None:
             return _list(sock, tenant, opts)
         if command == "recall":
             return _recall(sock, tenant, opts)
-        return _remember(sock, tenant, opts)
+        return _remember(sock, tenant, opts, glob)
     except NoServer:
         return None
     except OSError as exc:
@@ -340,7 +340,19 @@ def print_hits(hits: list[dict[str, Any]]) -> None:
     out.print(table)
 
 
-def _remember(sock: Path, tenant: str, o: dict[str, Any]) -> int:
+def hint(glob: dict[str, Any], command: str) -> str:
+    """``mnemovault`` with the global options given, then ``command`` (as the full CLI's
+    hints: pasted, it acts on the same data dir and tenant)."""
+    import shlex
+
+    parts = ["mnemovault"]
+    for name, key in _GLOBAL.items():
+        if glob.get(key) is not None:
+            parts += [name, shlex.quote(glob[key])]
+    return " ".join([*parts, command])
+
+
+def _remember(sock: Path, tenant: str, o: dict[str, Any], glob: dict[str, Any]) -> int:
     entities = []
     for e in o.get("entity") or []:
         kind, _, value = e.partition("=")
@@ -365,7 +377,8 @@ def _remember(sock: Path, tenant: str, o: dict[str, Any]) -> int:
     out.print(f"remembered [bold]{r['id']}[/] (version {r['version']}{extra})")
     if r.get("status") == "pending_review":
         out.print("held for review (REQUIRE_REVIEW): not recalled until approved with "
-                  f"`mnemovault review approve {r['id']}`", markup=False, highlight=False)
+                  f"`{hint(glob, 'review approve ' + str(r['id']))}`", markup=False,
+                  highlight=False)
     if r.get("placeholders"):
         out.print("new vault entries: " + " ".join(r["placeholders"]), highlight=False)
     return 0

@@ -15,6 +15,7 @@ from mnemovault.cli._common import (
     _declined,
     _emit_json,
     _fail,
+    _hint,
     _import,
     _not_found,
     _plural,
@@ -59,7 +60,7 @@ def remember(
         out.print(f"remembered [bold]{r.id}[/] (version {r.version}{extra})")
         if r.status == "pending_review":
             out.print("held for review (REQUIRE_REVIEW): not recalled until approved with "
-                      f"`mnemovault review approve {r.id}`", markup=False, highlight=False)
+                      f"`{_hint(f'review approve {r.id}')}`", markup=False, highlight=False)
         if r.placeholders:
             out.print("new vault entries: " + " ".join(r.placeholders), highlight=False)
 
