@@ -274,10 +274,13 @@ def unknown_variables(environ: dict[str, str]) -> list[tuple[str, str | None]]:
     import difflib
 
     known = sorted(known_variables())
-    upper = {k.upper(): k for k in known}
+    # compared without the prefix: MNEMOVAULT_REQUIRE_REVEIW is closest to REQUIRE_REVIEW
+    bare = {k.removeprefix("MNEMOVAULT_"): k for k in known}
     out = []
     for name in sorted(environ):
-        if name.upper().startswith("MNEMOVAULT_") and name.upper() not in upper:
-            close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.6)
-            out.append((name, close[0] if close else None))
+        upper = name.upper()
+        if upper.startswith("MNEMOVAULT_") and upper not in known:
+            close = difflib.get_close_matches(upper.removeprefix("MNEMOVAULT_"), list(bare),
+                                              n=1, cutoff=0.75)
+            out.append((name, bare[close[0]] if close else None))
     return out
