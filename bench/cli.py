@@ -13,6 +13,7 @@ and ``recall`` under 0.5 s (as ratios: list under 10x and recall under 15x the b
 
     python bench/cli.py                 # 5 runs each, writes bench/results/cli.json
     python bench/cli.py --quick         # 1 run each, --help and list only, no server (CI)
+    python bench/cli.py --server-only   # local --help and list, then all four with a server
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ def main() -> None:
     p.add_argument("--quick", action="store_true",
                    help="one run each of --help and list, no server (CI)")
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--server-only", action="store_true",
+                   help="skip the local recall, remember and import (each loads the model: "
+                        "minutes on a loaded machine); the rest as without it")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     repeat = 1 if args.quick else args.repeat
@@ -95,7 +99,7 @@ def main() -> None:
 
     rows = [_timed("--help", [*mv, "--help"], local, repeat, baseline),
             _timed("list", [*mv, "list", "--scope", "bench"], local, repeat, baseline)]
-    if not args.quick:
+    if not args.quick and not args.server_only:
         rows.append(_timed("recall", [*mv, "recall", "who keeps bees?", "--scope", "bench"],
                            local, repeat, baseline))
         rows.append(_timed("remember", [*mv, "remember", "Ada sells honey in June",
