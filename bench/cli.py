@@ -31,10 +31,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, progress
-
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+sys.path.insert(0, SRC)  # environment() names the tree whose commands are timed
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import environment, progress  # noqa: E402
 
 
 def _env(**extra: str) -> dict[str, str]:
