@@ -283,7 +283,8 @@ def test_a_stale_postmaster_pid_of_a_reused_pid_is_handled(data_dir: Path) -> No
             os.kill(pid, signal.SIGKILL)
     assert wait_gone(data_dir) == []
     pid_file = data_dir / "pg" / "postmaster.pid"
-    with subprocess.Popen(["sleep", "120"]) as stranger:
+    # outlives any wait for the server (a loaded machine may take minutes; killed below)
+    with subprocess.Popen(["sleep", "3600"]) as stranger:
         try:
             lines = pid_file.read_text().splitlines()
             pid_file.write_text("\n".join([str(stranger.pid), *lines[1:]]) + "\n")
