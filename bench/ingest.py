@@ -265,7 +265,7 @@ def e2e_import(vault: Any, path: Path, tmp: Path) -> dict[str, Any]:
     """``cli/_common._import`` of the first conversation (its own file) into the default
     tenant, batch size 128 (the CLI default), next to embed-only of the same texts before
     and after (their mean is the baseline)."""
-    from mnemovault.cli._common import _import
+    from mnemovault.cli._common import _import, _read_import
     from mnemovault.importers import read_file
 
     data = json.loads(path.read_text(encoding="utf-8"))
@@ -283,7 +283,8 @@ def e2e_import(vault: Any, path: Path, tmp: Path) -> dict[str, Any]:
 
     before = embed_only()
     t = time.perf_counter()
-    summary = _import(vault, one, scope="default", fmt="locomo", batch_size=128, quiet=True)
+    plan = _read_import(one, scope="default", force_scope=None, fmt="locomo")
+    summary = _import(vault, plan, one, batch_size=128, quiet=True)
     elapsed = time.perf_counter() - t
     assert summary["imported"] == len(texts)
     after = embed_only()

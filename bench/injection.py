@@ -133,7 +133,7 @@ def load_locomo() -> list[str]:
     from mnemovault.importers import locomo_items
 
     data = json.loads((DATASETS / "locomo" / "locomo10.json").read_text(encoding="utf-8"))
-    return [item.content for item in locomo_items(data)]
+    return [item.content for _, item in locomo_items(data)]
 
 
 def load_other_benign() -> dict[str, list[str]]:

@@ -194,38 +194,103 @@ def test_a_one_line_jsonl_file_names_its_line_in_errors(tmp_path: Path) -> None:
     assert read_file(one).format == "jsonl"
 
 
-def test_a_failed_batch_says_how_many_records_earlier_batches_committed(
+def test_a_refused_record_is_skipped_and_named_the_rest_is_stored(
         tmp_path: Path, data_dir: Path, tenant: str, vault: MemoryVault) -> None:
-    """Issue 29 item 8: batches 1-2 commit, batch 3 is refused by the capture guard; the
-    error says 4 records stay (not "nothing was changed"), and --skip imports the rest."""
+    """Issue 28: one record the capture guard refuses no longer fails the import: it is
+    left out and named (line and detector, never its text), the rest of its batch and the
+    batches after it are stored, and the exit status is 5 (refused)."""
     secret = "AKIAQX7ZR2LKVE3MB5TW"  # an AWS access key id: refused (Critical)
     records = [{"text": f"harbour note {n}"} for n in range(1, 5)]
     records += [{"text": f"the key is {secret}"}, {"text": "harbour note 6"}]
     f = tmp_path / "notes.jsonl"
     f.write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8")
-    res = _cli(data_dir, tenant, "import", str(f), "--scope", "dock", "--batch-size", "2")
+    res = _cli(data_dir, tenant, "import", str(f), "--scope", "dock", "--batch-size", "2",
+               "--json")
     assert res.exit_code == 5, res.output  # refused
-    err = " ".join(res.stderr.split())
-    assert "4 records before them were committed and stay" in err
-    assert "records 5-6 of 6" in err and "--skip 4" in err
+    summary = json.loads(res.stdout)
+    assert summary["imported"] == 5 and summary["scopes"] == {"dock": 5}
+    assert [(r["record"], r["field"]) for r in summary["refused"]] == [("line 5", "content")]
+    assert summary["refused"][0]["detector"]
     assert secret not in res.output
     page = vault.list(scope="dock", principal=vault.principal(tenant))
-    assert sorted(m.content for m in page.items) == [f"harbour note {n}" for n in range(1, 5)]
+    assert sorted(m.content for m in page.items) == sorted(
+        [f"harbour note {n}" for n in (1, 2, 3, 4, 6)])
+    text = _cli(data_dir, tenant, "import", str(f), "--scope", "dock2")
+    assert text.exit_code == 5
+    assert "refused line 5" in text.stderr and secret not in text.output
 
-    f.write_text("\n".join(json.dumps(r) for r in [*records[:4], {"text": "harbour note 5"},
-                                                   records[5]]) + "\n", encoding="utf-8")
-    res = _cli(data_dir, tenant, "import", str(f), "--scope", "dock", "--batch-size", "2",
-               "--skip", "4", "--json")
-    assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["imported"] == 2
-    page = vault.list(scope="dock", principal=vault.principal(tenant))
-    assert len(page.items) == 6
+    # --all-or-nothing: one transaction; the refusal stores nothing
+    res = _cli(data_dir, tenant, "import", str(f), "--scope", "dock3", "--all-or-nothing")
+    assert res.exit_code == 5, res.output
+    assert "line 5" in res.stderr and "nothing was stored" in res.stderr
+    assert secret not in res.output
+    assert vault.list(scope="dock3", principal=vault.principal(tenant)).items == []
 
 
-def test_a_first_batch_that_fails_keeps_its_own_message(
-        tmp_path: Path, data_dir: Path, tenant: str) -> None:
+def test_a_lone_refused_record_is_reported_and_nothing_stored(
+        tmp_path: Path, data_dir: Path, tenant: str, vault: MemoryVault) -> None:
     f = tmp_path / "one.jsonl"
     f.write_text(json.dumps({"text": "the key is AKIAQX7ZR2LKVE3MB5TW"}) + "\n",
                  encoding="utf-8")
     res = _cli(data_dir, tenant, "import", str(f), "--scope", "dock")
-    assert res.exit_code == 5 and "committed" not in res.stderr
+    assert res.exit_code == 5 and "refused line 1" in res.stderr, res.output
+    assert "AKIAQX7ZR2LKVE3MB5TW" not in res.output
+    assert vault.list(scope="dock", principal=vault.principal(tenant)).items == []
+
+
+def test_scope_is_for_records_without_one_and_force_scope_overrides(
+        tmp_path: Path, data_dir: Path, tenant: str, vault: MemoryVault) -> None:
+    f = tmp_path / "mixed.jsonl"
+    f.write_text("\n".join(json.dumps(r) for r in [
+        {"text": "Ines keeps bees on the roof", "scope": "roof", "source_id": "a"},
+        {"text": "The hives need checking in May", "source_id": "b"},
+    ]) + "\n", encoding="utf-8")
+    res = _cli(data_dir, tenant, "import", str(f), "--scope", "garden", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["scopes"] == {"garden": 1, "roof": 1}
+    res = _cli(data_dir, tenant, "import", str(f), "--force-scope", "bees")
+    assert res.exit_code == 0, res.output
+    assert "into scope bees (2)" in " ".join(res.stdout.split())
+    who = vault.principal(tenant)
+    assert len(vault.list(scope="bees", principal=who).items) == 2
+    assert len(vault.list(scope="roof", principal=who).items) == 1
+
+
+def test_the_demo_file_imported_twice_with_force_scope_is_stored_once(
+        data_dir: Path, tenant: str, vault: MemoryVault) -> None:
+    """Issue 28, done when: the demo file imported twice with --force-scope me leaves one
+    copy of each record, in scope me; the second run counts them as stored already."""
+    from importlib import resources
+
+    demo = resources.files("mnemovault.examples") / "demo_conversation.jsonl"
+    with resources.as_file(demo) as path:
+        first = _cli(data_dir, tenant, "import", str(path), "--force-scope", "me", "--json")
+        assert first.exit_code == 0, first.output
+        assert json.loads(first.stdout)["imported"] == 18
+        second = _cli(data_dir, tenant, "import", str(path), "--force-scope", "me", "--json")
+    assert second.exit_code == 0, second.output
+    again = json.loads(second.stdout)
+    assert (again["imported"], again["already_stored"]) == (0, 18)
+    page = vault.list(scope="me", limit=100, principal=vault.principal(tenant))
+    assert len(page.items) == 18
+    assert len({m.provenance["source_id"] for m in page.items}) == 18
+    assert vault.list(scope="demo", principal=vault.principal(tenant)).items == []
+
+
+def test_an_interrupted_import_resumes_by_running_it_again(
+        tmp_path: Path, data_dir: Path, tenant: str, vault: MemoryVault) -> None:
+    """The first half is stored (as an interrupted import leaves it); the same command
+    again stores only the rest."""
+    records = [{"text": f"logbook entry {n}", "source_id": f"e{n}"} for n in range(10)]
+    f = tmp_path / "log.jsonl"
+    f.write_text("\n".join(json.dumps(r) for r in records[:5]) + "\n", encoding="utf-8")
+    assert _cli(data_dir, tenant, "import", str(f), "--scope", "log").exit_code == 0
+    f.write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8")
+    res = _cli(data_dir, tenant, "import", str(f), "--scope", "log", "--batch-size", "3",
+               "--json")
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert (summary["imported"], summary["already_stored"]) == (5, 5)
+    assert summary["model_seconds"] >= 0 and summary["seconds"] >= 0
+    page = vault.list(scope="log", limit=100, principal=vault.principal(tenant))
+    assert sorted(m.content for m in page.items) == sorted(r["text"] for r in records)

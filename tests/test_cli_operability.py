@@ -344,3 +344,44 @@ def test_the_no_database_message_names_every_command_that_creates_one(tmp_path: 
     for creator in ("remember", "import", "demo", "db upgrade", "serve", "keys create",
                     "mcp --local"):
         assert creator in res.output, (creator, res.output)
+
+
+# -- issue 28: configuration errors, unknown variables, hints, --version ----------------------
+def test_configuration_errors_name_the_variable_and_the_rule(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["--data-dir", str(tmp_path), "list"],
+                        env={"MNEMOVAULT_EMBED_THREADS": "two"})
+    assert res.exit_code == 7, res.output
+    assert "MNEMOVAULT_EMBED_THREADS: Input should be a valid integer" in res.stderr
+    res = runner.invoke(app, ["--data-dir", str(tmp_path), "list"],
+                        env={"MNEMOVAULT_EMBEDDER": "ollama"})
+    assert res.exit_code == 7 and "MNEMOVAULT_EMBEDDER: Input should be 'local'" in res.stderr
+
+
+def test_an_unknown_mnemovault_variable_is_warned_with_the_closest_name(
+        tmp_path: Path) -> None:
+    from mnemovault.config import unknown_variables
+
+    assert unknown_variables({"MNEMOVAULT_REQUIRE_REVEIW": "1", "MNEMOVAULT_TENANT": "a",
+                              "OTHER": "x", "MNEMOVAULT_QQQQQQQQQQQQ": "1"}) == [
+        ("MNEMOVAULT_QQQQQQQQQQQQ", None), ("MNEMOVAULT_REQUIRE_REVEIW", "REQUIRE_REVIEW")]
+    res = runner.invoke(app, ["--data-dir", str(tmp_path), "list"],
+                        env={"MNEMOVAULT_EMBED_THREDS": "2"})
+    assert ("warning: MNEMOVAULT_EMBED_THREDS is not a mnemovault setting (ignored); did you "
+            "mean MNEMOVAULT_EMBED_THREADS?") in " ".join(res.stderr.split())
+
+
+def test_version(tmp_path: Path) -> None:
+    from mnemovault import __version__
+
+    res = runner.invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.stdout.strip() == f"mnemovault {__version__}"
+
+
+def test_printed_hints_carry_the_global_options(data_dir: Path, vault: MemoryVault,
+                                                tenant: str, monkeypatch: pytest.MonkeyPatch
+                                                ) -> None:
+    monkeypatch.setenv("REQUIRE_REVIEW", "true")
+    res = _cli(data_dir, tenant, "remember", "The shed key is under the pot", "--scope", "h")
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.stdout.split())
+    assert f"mnemovault --data-dir {data_dir} --tenant {tenant} review approve " in text

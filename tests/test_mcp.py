@@ -302,6 +302,26 @@ def test_unknown_arguments_are_refused_with_the_envelope(portal: Portal, http_ur
         assert len(s.ok("timeline", scope="kai")["items"]) == 1
 
 
+def test_invalid_arguments_are_refused_with_the_envelope(portal: Portal, http_url: str,
+                                                        vault: MemoryVault,
+                                                        tenant: str) -> None:
+    """Issue 28 item 6: a wrong type, a missing required argument and a value out of range
+    come back in the envelope unknown arguments get (field and rule), not pydantic's
+    text."""
+    with http(portal, http_url, _key(vault, tenant)) as s:
+        s.ok("remember", content="Noor paints boats.", scope="noor")
+        for tool, args, field in (
+                ("recall", {"query": "boats", "scope": "noor", "k": "many"}, "k"),
+                ("recall", {"query": "boats"}, "scope"),
+                ("recall", {"query": "boats", "scope": "noor", "k": 10_000}, "k"),
+                ("remember", {"content": ["not", "text"], "scope": "noor"}, "content")):
+            e = s.error(tool, **args)
+            assert (e["code"], e["field"]) == ("validation", field), (tool, e)
+            assert e["message"].startswith(f"{field}: ") and "pydantic" not in e["message"]
+            assert e["details"]["errors"][0]["field"] == field
+        assert len(s.ok("timeline", scope="noor")["items"]) == 1  # nothing more stored
+
+
 def test_a_missing_permission_is_named(portal: Portal, http_url: str, vault: MemoryVault,
                                        tenant: str) -> None:
     with http(portal, http_url, _key(vault, tenant, "service")) as s:

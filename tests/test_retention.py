@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from typer.testing import CliRunner
@@ -20,11 +22,24 @@ from mnemovault.vault import MemoryVault
 NOW = datetime.now(UTC)
 
 
+def _id_at(when: datetime) -> uuid.UUID:
+    """A UUIDv7 (mnemovault.ids) of ``when``: a memory stored then."""
+    ms = int(when.timestamp() * 1000)
+    rand = int.from_bytes(os.urandom(10), "big")
+    return uuid.UUID(int=(ms & 0xFFFF_FFFF_FFFF) << 80 | 0x7 << 76
+                     | ((rand >> 68) & 0xFFF) << 64 | 0x2 << 62 | (rand & ((1 << 62) - 1)))
+
+
 def _old(vault: MemoryVault, tenant: str, text: str, days: float, *, scope: str = "s",
-         accesses: int = 0, last_access_days: float | None = None) -> uuid.UUID:
+         accesses: int = 0, last_access_days: float | None = None,
+         stored_days: float | None = None) -> uuid.UUID:
+    """A memory of ``days`` ago, stored then too (``stored_days``: stored that many days
+    ago instead, e.g. 0: imported just now)."""
     who = vault.principal(tenant)
-    mid = vault.remember(text, scope=scope, created_at=NOW - timedelta(days=days),
-                         principal=who).id
+    stored = NOW - timedelta(days=days if stored_days is None else stored_days)
+    with mock.patch("mnemovault.memories.write.uuid7", lambda: _id_at(stored)):
+        mid = vault.remember(text, scope=scope, created_at=NOW - timedelta(days=days),
+                             principal=who).id
     if accesses or last_access_days is not None:
         with vault.db.transaction(tenant) as conn:
             conn.execute("UPDATE memories SET access_count = %s, last_accessed_at = %s "
@@ -93,6 +108,23 @@ def test_the_job_archives_low_scores_and_pinned_memories_survive(vault: MemoryVa
     vault.pin([stale], principal=who)
     assert stale in {h.memory.id for h in vault.recall("garden shed", scope="s", k=10,
                                                        principal=who)}
+
+
+def test_idle_time_counts_from_when_a_record_was_stored_if_later(vault: MemoryVault,
+                                                                  tenant: str) -> None:
+    """Issue 28 item 7: last spring's conversation imported today is not idle for months:
+    idle time runs from the later of the record's own time and when it was stored."""
+    who = vault.principal(tenant)
+    imported = _old(vault, tenant, "Spring note about the allotment", 200, stored_days=0)
+    stale = _old(vault, tenant, "Spring note about the allotment shed", 200)
+    assert vault.run_retention(now=NOW, principal=who).archived == [stale]
+    assert not vault.get(imported, principal=who).archived
+    with vault.db.transaction(tenant) as conn:
+        fresh = retention.scores(conn, [imported], retention.Policy(), NOW)[imported]
+    assert fresh == pytest.approx(retention.Policy().recency_weight, rel=1e-3)  # ~0 days
+    # 200 days on, unused, it is idle as long and archived like any other
+    later = NOW + timedelta(days=200)
+    assert vault.run_retention(now=later, principal=who).archived == [imported]
 
 
 def test_unpinned_memories_decay_again(vault: MemoryVault, tenant: str) -> None:

@@ -575,6 +575,8 @@ def test_cli_review_list_approve_reject(data_dir: Path, tenant: str, vault: Memo
     res = cli("review", "reject", str(b), "--json")
     assert res.exit_code == 0 and json.loads(res.stdout)["status"] == "deleted", res.output
     assert cli("review", "approve", str(a)).exit_code == 5  # not pending any more
+    res = cli("review", "reject", str(b))  # rejected (and deleted) already: 5, as README
+    assert res.exit_code == 5 and "rejected (and deleted) already" in res.output, res.output
     assert cli("review", "reject", str(uuid.uuid4())).exit_code == 3
     assert cli("review", "approve", "nope").exit_code == 2
     res = cli("review", "list")

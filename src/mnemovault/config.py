@@ -245,7 +245,48 @@ class Settings(BaseSettings):
     erase_lock_timeout_seconds: float = Field(default=5.0, ge=0, le=600)
     db_connect_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
     pool_timeout_seconds: float = Field(default=30.0, gt=0)
+    # the CLI talks to a running `mnemovault server` of its data dir (issue 28; read by
+    # mnemovault.cli._remote before these settings are loaded); false: always local
+    use_server: bool = True
 
 
 def get_settings() -> Settings:
     return Settings()
+
+
+OTHER_VARIABLES = ("MNEMOVAULT_API_KEY",  # the MCP command's key (mnemovault.cli.mcp)
+                   "MNEMOVAULT_TEST_DATABASE_URL", "MNEMOVAULT_FUZZ_EXAMPLES")  # the tests'
+"""``MNEMOVAULT_*`` variables read outside :class:`Settings`."""
+
+
+def env_name(field: str) -> str:
+    """The environment variable of a setting: its alias (``DATABASE_URL``) or
+    ``MNEMOVAULT_<FIELD>``; a name that is no setting is returned as it is."""
+    info = Settings.model_fields.get(field)
+    if info is None:
+        return field
+    alias = info.validation_alias
+    return alias if isinstance(alias, str) else f"MNEMOVAULT_{field.upper()}"
+
+
+def known_variables() -> set[str]:
+    """Every ``MNEMOVAULT_*`` (and aliased) variable mnemovault reads."""
+    return {env_name(f) for f in Settings.model_fields} | set(OTHER_VARIABLES)
+
+
+def unknown_variables(environ: dict[str, str]) -> list[tuple[str, str | None]]:
+    """The ``MNEMOVAULT_*`` variables of ``environ`` that no setting reads (a misspelling is
+    otherwise silently ignored), each with the closest known name (or None)."""
+    import difflib
+
+    known = sorted(known_variables())
+    # compared without the prefix: MNEMOVAULT_REQUIRE_REVEIW is closest to REQUIRE_REVIEW
+    bare = {k.removeprefix("MNEMOVAULT_"): k for k in known}
+    out = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if upper.startswith("MNEMOVAULT_") and upper not in known:
+            close = difflib.get_close_matches(upper.removeprefix("MNEMOVAULT_"), list(bare),
+                                              n=1, cutoff=0.75)
+            out.append((name, bare[close[0]] if close else None))
+    return out

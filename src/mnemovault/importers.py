@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,10 +39,13 @@ RECORD_FIELDS = ("text", "subject", "scope", "timestamp", "source_id")
 
 @dataclass
 class ImportPlan:
-    """What a file holds: the detected format and its items (validated)."""
+    """What a file holds: the detected format, its items (validated) and where each item is
+    in the file (``where[i]``: ``"line 3"``, ``"[2]"``, ``"conv-26 D1:3"``), for reports
+    that must name a record without quoting it."""
 
     format: str
     items: list[MemoryInput]
+    where: list[str] = field(default_factory=list)
 
 
 def parse_locomo_datetime(text: str) -> datetime:
@@ -54,8 +57,10 @@ def parse_locomo_datetime(text: str) -> datetime:
     return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
 
 
-def locomo_items(data: Any, source: str = "locomo") -> Iterator[MemoryInput]:
-    """Yield one episode per LoCoMo turn, sessions in order."""
+def locomo_items(data: Any, source: str = "locomo",
+                 force_scope: str | None = None) -> Iterator[tuple[str, MemoryInput]]:
+    """Yield (where, episode) per LoCoMo turn, sessions in order; the scope is the sample
+    id, or ``force_scope``."""
     if not isinstance(data, list):
         raise ValidationError("file: a LoCoMo file is a JSON list of samples", field="file")
     for si, sample in enumerate(data):
@@ -84,9 +89,9 @@ def locomo_items(data: Any, source: str = "locomo") -> Iterator[MemoryInput]:
                 caption = turn.get("blip_caption")
                 if caption:
                     content += f" [image: {caption}]"
-                yield MemoryInput(
+                yield f"{sample_id} {turn['dia_id']}", MemoryInput(
                     content=content,
-                    scope=sample_id,
+                    scope=force_scope or sample_id,
                     subject=turn["speaker"],
                     type="episode",
                     created_at=created,
@@ -97,9 +102,11 @@ def locomo_items(data: Any, source: str = "locomo") -> Iterator[MemoryInput]:
                 )
 
 
-def record_item(rec: Any, where: str, default_scope: str, source: str) -> MemoryInput:
+def record_item(rec: Any, where: str, default_scope: str, source: str,
+                force_scope: str | None = None) -> MemoryInput:
     """One record ``{text, subject?, scope?, timestamp?, source_id?}`` as an episode;
-    ``where`` names it in errors (``"line 3"``, ``"[2]"``).
+    ``where`` names it in errors (``"line 3"``, ``"[2]"``). Its scope: ``force_scope`` if
+    given, else the record's, else ``default_scope``.
 
     Raises:
         ValidationError: naming ``where`` and the field.
@@ -123,7 +130,8 @@ def record_item(rec: Any, where: str, default_scope: str, source: str) -> Memory
     if rec.get("source_id") is not None:
         prov["source_id"] = str(rec["source_id"])
     try:
-        return MemoryInput(content=rec["text"], scope=rec.get("scope") or default_scope,
+        return MemoryInput(content=rec["text"],
+                           scope=force_scope or rec.get("scope") or default_scope,
                            subject=rec.get("subject"), created_at=created,
                            provenance=Provenance.model_validate(prov))
     except PydanticValidationError as exc:
@@ -140,8 +148,9 @@ def _json_kind(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def jsonl_items(lines: Iterator[str], default_scope: str, source: str) -> Iterator[MemoryInput]:
-    """Yield one episode per JSON Lines record ``{text, subject?, scope?, timestamp?,
+def jsonl_items(lines: Iterator[str], default_scope: str, source: str,
+                force_scope: str | None = None) -> Iterator[tuple[str, MemoryInput]]:
+    """Yield (``"line N"``, episode) per JSON Lines record ``{text, subject?, scope?, timestamp?,
     source_id?}``. Blank lines are skipped.
 
     Raises:
@@ -155,22 +164,24 @@ def jsonl_items(lines: Iterator[str], default_scope: str, source: str) -> Iterat
         except json.JSONDecodeError as exc:
             raise ValidationError(f"line {lineno}: not valid JSON ({exc.msg})",
                                   field=f"line {lineno}") from None
-        yield record_item(rec, f"line {lineno}", default_scope, source)
+        where = f"line {lineno}"
+        yield where, record_item(rec, where, default_scope, source, force_scope)
 
 
-def json_items(data: Any, default_scope: str, source: str, *,
-               single: str = "[0]") -> Iterator[MemoryInput]:
-    """Yield the records of a JSON document: one record object, or an array of them (the
-    JSON Lines record shape); errors name the array index (``[2].text``), or ``single``
-    for a lone object (``"line 1"`` when the file is one JSON Lines record)."""
+def json_items(data: Any, default_scope: str, source: str, *, single: str = "[0]",
+               force_scope: str | None = None) -> Iterator[tuple[str, MemoryInput]]:
+    """Yield (where, episode) for the records of a JSON document: one record object, or an
+    array of them (the JSON Lines record shape); errors name the array index
+    (``[2].text``), or ``single`` for a lone object (``"line 1"`` when the file is one
+    JSON Lines record)."""
     if isinstance(data, dict):
-        yield record_item(data, single, default_scope, source)
+        yield single, record_item(data, single, default_scope, source, force_scope)
         return
     if not isinstance(data, list):
         raise ValidationError(f"file: expected a JSON object or an array of objects, got "
                               f"{_json_kind(data)}", field="file")
     for i, rec in enumerate(data):
-        yield record_item(rec, f"[{i}]", default_scope, source)
+        yield f"[{i}]", record_item(rec, f"[{i}]", default_scope, source, force_scope)
 
 
 def _is_locomo(data: Any) -> bool:
@@ -184,7 +195,17 @@ EXPECTED = ("JSON Lines (one object a line: {\"text\", \"subject\"?, \"scope\"?,
             "an array of them, or a LoCoMo file")
 
 
-def read_file(path: Path, *, default_scope: str = "default", fmt: str = "auto") -> ImportPlan:
+def _plan(fmt: str, pairs: Iterator[tuple[str, MemoryInput]]) -> ImportPlan:
+    where: list[str] = []
+    items: list[MemoryInput] = []
+    for w, item in pairs:
+        where.append(w)
+        items.append(item)
+    return ImportPlan(fmt, items, where)
+
+
+def read_file(path: Path, *, default_scope: str = "default", fmt: str = "auto",
+              force_scope: str | None = None) -> ImportPlan:
     """Read a conversation file (``fmt`` = auto, jsonl, json or locomo):
 
     - ``jsonl``: JSON Lines, one record a line;
@@ -195,6 +216,9 @@ def read_file(path: Path, *, default_scope: str = "default", fmt: str = "auto") 
     ``auto`` reads the file as one JSON document first: an array (or object) of LoCoMo
     samples is ``locomo``, of records ``json`` (a one-line file holding one record is
     reported as ``jsonl``); a file that is not one JSON document is read as JSON Lines.
+
+    A record's scope is its own, else ``default_scope``; ``force_scope`` overrides both
+    (and a LoCoMo sample's id).
 
     Raises:
         ValidationError: unreadable file, a bad record (names the line, index or sample),
@@ -210,8 +234,8 @@ def read_file(path: Path, *, default_scope: str = "default", fmt: str = "auto") 
         raise ValidationError("format: must be auto, jsonl, json or locomo", field="format")
     source = path.name
     if fmt == "jsonl":
-        return ImportPlan("jsonl", list(jsonl_items(iter(text.splitlines()), default_scope,
-                                                     source)))
+        return _plan("jsonl", jsonl_items(iter(text.splitlines()), default_scope, source,
+                                          force_scope))
     stripped = text.strip()
     try:
         data = json.loads(stripped) if stripped else None
@@ -223,8 +247,8 @@ def read_file(path: Path, *, default_scope: str = "default", fmt: str = "auto") 
             raise ValidationError(f"file: {path.name} is empty; expected {EXPECTED}",
                                   field="file")
         try:
-            return ImportPlan("jsonl", list(jsonl_items(iter(text.splitlines()),
-                                                         default_scope, source)))
+            return _plan("jsonl", jsonl_items(iter(text.splitlines()), default_scope,
+                                              source, force_scope))
         except ValidationError as exc:
             # a document that starts like JSON but is neither: say both readings failed
             if stripped[0] in "[{" and "\n" in stripped and exc.field == "line 1":
@@ -237,11 +261,13 @@ def read_file(path: Path, *, default_scope: str = "default", fmt: str = "auto") 
                               field="file")
     if fmt == "locomo" or (fmt == "auto" and _is_locomo(data)):
         samples = [data] if isinstance(data, dict) else data
-        return ImportPlan("locomo", list(locomo_items(samples, source="locomo")))
+        return _plan("locomo", locomo_items(samples, source="locomo",
+                                            force_scope=force_scope))
     one_line = fmt == "auto" and isinstance(data, dict) and "\n" not in stripped
     # a one-line file of one record is JSON Lines: its errors name the line, as JSON
     # Lines errors do
     single = (f"line {next(n for n, line in enumerate(text.splitlines(), 1) if line.strip())}"
               if one_line else "[0]")
-    items = list(json_items(data, default_scope, source, single=single))
-    return ImportPlan("jsonl" if one_line else "json", items)
+    return _plan("jsonl" if one_line else "json",
+                 json_items(data, default_scope, source, single=single,
+                            force_scope=force_scope))

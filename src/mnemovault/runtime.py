@@ -110,7 +110,7 @@ class Runtime:
         db = Database.from_settings(settings)
         dim = embedder.dimension
         if migrate:
-            db.upgrade(dim)
+            db.ensure_schema(dim)
         view = db.check_embedder(embedder.model, dim, settings.embed_text_view)
         keyring = load_keyring(settings)
         check_keyring(db, keyring)

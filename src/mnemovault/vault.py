@@ -258,6 +258,11 @@ class MemoryVault:
                          limit=limit, cursor=cursor, include_superseded=include_superseded,
                          flagged=flagged)
 
+    def stored_source_ids(self, scopes: builtins.list[str], *,
+                          principal: Principal | None = None) -> dict[str, set[str]]:
+        """``provenance.source_id`` values stored per scope (an import skips them)."""
+        return read.source_ids(self.rt, self._who(principal), scopes)
+
     def wake(self, *, scope: str, subject: str | None = None, budget: int = 1000,
              principal: Principal | None = None) -> WakeState:
         """An agent's waking state: pinned, most used facts, most recent, as one fenced

@@ -74,6 +74,11 @@ REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 """The shape of an ``X-Request-Id`` that is kept; any other is replaced by a fresh id."""
 
 UNMATCHED = "(unmatched)"
+LOCAL_OPERATOR = "mnemovault.local_operator"
+"""The ASGI scope key :mod:`mnemovault.api.local` sets (True) on a request that came over the
+local socket from this user: such a request is the local operator's, without an API key.
+Only the socket's listener sets it; nothing a client sends can."""
+TENANT_HEADER = "x-mnemovault-tenant"
 """The route template of a request no route matches (logged instead of its path)."""
 
 # -- the largest valid request of each class, from the models' limits -------------------
@@ -341,7 +346,8 @@ class Edge:
             over = budgets.hit(policy.budget, client_address(scope)) if budgets else None
         else:
             try:
-                who = await self._authenticate(headers, policy)
+                who = (self._local_operator(headers) if scope.get(LOCAL_OPERATOR) is True
+                       else await self._authenticate(headers, policy))
             except MnemoError as exc:
                 if budgets is not None and isinstance(exc, Unauthenticated):
                     over = budgets.hit("unauthenticated", client_address(scope))
@@ -402,6 +408,16 @@ class Edge:
         if policy.budget in ("write", "chat"):
             await anyio.to_thread.run_sync(agents.check_quota, who, agent_scope)
         return None
+
+    def _local_operator(self, headers: Headers) -> Any:
+        """The local operator (owner of the tenant the ``x-mnemovault-tenant`` header names,
+        else ``settings.tenant``), for a request that came over the local socket of
+        ``mnemovault server`` (:mod:`mnemovault.api.local`, which alone sets
+        :data:`LOCAL_OPERATOR` in the scope, after checking the peer's user id)."""
+        from mnemovault.auth import Principal
+
+        tenant = headers.get(TENANT_HEADER) or self.vault.settings.tenant
+        return Principal.local(tenant)
 
     async def _authenticate(self, headers: Headers, policy: RoutePolicy) -> Any:
         header = headers.get("authorization") or ""

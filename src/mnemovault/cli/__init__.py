@@ -3,14 +3,19 @@
 Global options come before the command: ``mnemovault --data-dir DIR --tenant T recall …``.
 ``--json`` on a command prints machine-readable output on stdout (progress goes to stderr).
 
-Layout: this module owns the root :data:`app`, its callback (the global options) and
-:func:`main` (the ``mnemovault`` console script). :mod:`._common` holds what the commands
+Layout: this package's ``__init__`` holds :func:`main` (the ``mnemovault`` console script)
+and nothing heavy: a command a running ``mnemovault server`` can answer (``list``,
+``recall``, ``remember``) goes to it over its unix socket (:mod:`._remote`, standard library
+only) before Typer or the vault is imported; everything else runs here. :mod:`._app` owns
+the root :data:`app` and its callback (the global options); ``mnemovault.cli.app`` is it,
+imported on first use. :mod:`._common` holds what the commands
 share: the consoles, :class:`~._common.State`, opening the vault, the error → exit code
 mapping, JSON output and helpers used by more than one group. Each other module is one
 command group and exposes ``register(app)``:
 
 * :mod:`.memories`   -- ``remember``, ``recall``, ``list``, ``delete``, ``import``
 * :mod:`.serve`      -- ``serve``, ``demo``
+* :mod:`.server`     -- ``server start|stop|status`` (a background server on a socket)
 * :mod:`.governance` -- ``forget``, ``pin``, ``unpin``, ``retention run``
 * :mod:`.scrub`      -- ``scrub`` (rewrite tables, retire WAL after erasures)
 * :mod:`.chat`       -- ``chat``
@@ -28,91 +33,41 @@ command group and exposes ``register(app)``:
 
 To add a command group: create ``cli/<group>.py`` with a module docstring, import only from
 ``mnemovault.cli._common`` and from ``mnemovault`` below the CLI (never from another command
-module or from this package), define the commands, and a ``register(app: typer.Typer)`` that
-adds them (``app.command(...)(fn)``, or ``app.add_typer(sub_app, name=...)`` for a
-sub-group); then add the module to :data:`_GROUPS` below. Import heavy modules (the vault,
+module, :mod:`._app` or this package), define the commands, and a
+``register(app: typer.Typer)`` that adds them (``app.command(...)(fn)``, or
+``app.add_typer(sub_app, name=...)`` for a sub-group); then add the module to ``_GROUPS``
+in :mod:`._app`. Import heavy modules (the vault,
 the embedder/torch, the HTTP API) inside the command functions so ``mnemovault --help``
 stays fast. ``--help`` lists top-level commands in registration order, then groups in
-registration order, so the order of :data:`_GROUPS` is the order users see.
+registration order, so the order of ``_GROUPS`` is the order users see.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import warnings
-from pathlib import Path
-from typing import Annotated, Any
-
-import typer
-from pydantic import ValidationError as PydanticValidationError
-
-from mnemovault.cli import (
-    audit,
-    chat,
-    db,
-    governance,
-    keys,
-    mcp,
-    memories,
-    pii,
-    procedures,
-    review,
-    scrub,
-    serve,
-    subjects,
-    tenants,
-    wake,
-)
-from mnemovault.cli._common import State, _fail
-from mnemovault.config import Settings
-from mnemovault.errors import ConfigError, ValidationError
+import sys
+from typing import Any
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(help="mnemovault: governed long-term memory for AI agents.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
-
-
-@app.callback()
-def main_callback(
-    ctx: typer.Context,
-    data_dir: Annotated[str | None, typer.Option(
-        metavar="DIR",
-        help="Embedded database directory (default: the user data dir). Ignored with "
-             "DATABASE_URL.")] = None,
-    tenant: Annotated[str | None, typer.Option(help="Tenant for local commands.")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress.")] = False,
-) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    if data_dir is not None and not data_dir.strip():
-        # `--data-dir "$DIR"` with DIR unset: never fall back to "." or the default dir
-        _fail(ValidationError("data-dir: must not be empty", field="data_dir"))
-    try:
-        settings = Settings()
-    except PydanticValidationError as exc:
-        e = exc.errors()[0]
-        name = ".".join(str(p) for p in e["loc"]) or "settings"
-        _fail(ConfigError(f"{name}: {e['msg']} (check the MNEMOVAULT_* environment)",
-                          field=name))
-        return
-    updates: dict[str, Any] = {}
-    if data_dir is not None:
-        updates["data_dir"] = Path(data_dir)
-    if tenant is not None:
-        updates["tenant"] = tenant
-    ctx.obj = State(settings.model_copy(update=updates) if updates else settings)
-
-
-# Registration order is the order of ``mnemovault --help``.
-_GROUPS = (db, keys, pii, audit, memories, serve, governance, scrub, chat, wake, review, mcp,
-           tenants, procedures, subjects)
-for _group in _GROUPS:
-    _group.register(app)
-
 
 def main() -> None:
+    """The ``mnemovault`` console script."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from mnemovault.cli import _remote
+
+    status = _remote.run(sys.argv[1:])
+    if status is not None:
+        sys.stdout.flush()
+        raise SystemExit(status)
+    from mnemovault.cli._app import app
+
     app()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        from mnemovault.cli._app import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from mnemovault.cli._remote import EXIT_CODES
 from mnemovault.config import Settings
 from mnemovault.errors import ConfigError, MnemoError, NotFound, Unavailable, ValidationError
 from mnemovault.validation import _ISO_8601, TIME_RULE
@@ -34,8 +35,6 @@ from mnemovault.validation import _ISO_8601, TIME_RULE
 out = Console()
 err = Console(stderr=True)
 
-EXIT_CODES = {"validation": 2, "not_found": 3, "forbidden": 4, "unauthenticated": 4,
-              "conflict": 5, "refused": 5, "unavailable": 6, "config": 7}
 
 # an ISO 8601 time but for a year of five or more digits (year 10000): out of range, which
 # is what to say (the ISO 8601 check alone would call it malformed)
@@ -45,6 +44,22 @@ _EXTENDED_YEAR = re.compile(r"[+-]?\d{5,}" + _ISO_8601.pattern.removeprefix(r"\d
 @dataclass
 class State:
     settings: Settings
+
+
+_GIVEN: list[str] = []  # the global options of this invocation, as given (for hints)
+
+
+def _given_globals(options: list[str]) -> None:
+    """Record the global options this invocation was given (the root callback does)."""
+    _GIVEN[:] = options
+
+
+def _hint(command: str) -> str:
+    """``mnemovault <the global options given> <command>``: a command a hint prints, which
+    acts on the same data dir and tenant when pasted (issue 28 item 8)."""
+    import shlex
+
+    return " ".join(["mnemovault", *(shlex.quote(o) for o in _GIVEN), command])
 
 
 def _state(ctx: typer.Context) -> State:
@@ -78,10 +93,11 @@ def _require_database(settings: Settings) -> None:
 
 @contextmanager
 def _vault(ctx: typer.Context, *, create: bool = True,
-           reindex: bool = True) -> Iterator[Any]:
+           reindex: bool = True, embeds: bool = False) -> Iterator[Any]:
     """Open the vault for one command. With ``create=False`` (commands that only read, or
     change what exists) a data dir without a database fails with exit 7 instead of getting
-    a new, empty one. The embedder's model is loaded only if the command embeds.
+    a new, empty one. The embedder's model is loaded only if the command embeds; with
+    ``embeds=True`` it is loaded as a step of its own (:func:`_load_model`).
     ``reindex=False``: the open leaves plain lexical terms to the command."""
     import psycopg
 
@@ -93,13 +109,55 @@ def _vault(ctx: typer.Context, *, create: bool = True,
     try:
         with err.status("opening the database…"):
             vault = MemoryVault.open(settings, reindex=reindex)
-    except (psycopg.Error, OSError) as exc:
+    except psycopg.Error as exc:
         raise Unavailable(f"database: cannot open ({type(exc).__name__}); check DATABASE_URL "
                           "or --data-dir") from None
+    except OSError as exc:
+        raise _os_error(exc, settings) from None
     try:
+        if embeds:
+            _load_model(vault)
         yield vault
     finally:
         vault.close()
+
+
+def _os_error(exc: OSError, settings: Settings) -> MnemoError:
+    """An operating-system error opening the vault, naming its cause: a read-only or full
+    data dir (or key file, log) says so and where; anything else names the file."""
+    import errno
+
+    where = exc.filename or Path(settings.data_dir).expanduser()
+    if exc.errno == errno.ENOSPC:
+        return Unavailable(f"data-dir: no space left on the device of {where}; free some "
+                           "and run the command again (nothing was changed)", field="data_dir")
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return ConfigError(f"data-dir: {where} cannot be written ({exc.strerror}); the data "
+                           "dir (--data-dir or MNEMOVAULT_DATA_DIR) must be writable by this "
+                           "user", field="data_dir")
+    return Unavailable(f"data-dir: cannot open {where} ({exc.strerror or type(exc).__name__});"
+                       " check --data-dir or MNEMOVAULT_DATA_DIR", field="data_dir")
+
+
+def _load_model(vault: Any, *, quiet: bool = False) -> float:
+    """Load the embedding model now, as its own step (a status line, then its time on
+    stderr), so that what follows is timed without it. Returns the seconds it took (0 when
+    it was loaded already or is remote)."""
+    from mnemovault.embed import LazyEmbedder
+    from mnemovault.embed.view import ViewEmbedder
+
+    inner = vault.embedder
+    while isinstance(inner, ViewEmbedder):
+        inner = inner.inner
+    if not isinstance(inner, LazyEmbedder) or inner.loaded:
+        return 0.0
+    started = time.perf_counter()
+    with err.status(f"loading the embedding model {inner.model}…"):
+        inner.load()
+    seconds = time.perf_counter() - started
+    if not quiet:
+        err.print(f"loaded the embedding model in {seconds:.1f} s", highlight=False)
+    return seconds
 
 
 def _fail(exc: MnemoError) -> None:
@@ -175,7 +233,11 @@ def _emit_json(obj: Any) -> None:
 
 
 def _print_hits(hits: list[Any]) -> None:
-    """Recall hits as a table (``recall`` and ``demo``)."""
+    """Recall hits as a table (``recall`` and ``demo``); no hits: a sentence saying so,
+    not an empty table."""
+    if not hits:
+        out.print("no memory matches (nothing to show)", highlight=False)
+        return
     table = Table(show_lines=False)
     table.add_column("#", justify="right")
     table.add_column("score", justify="right")
@@ -187,53 +249,148 @@ def _print_hits(hits: list[Any]) -> None:
     out.print(table)
 
 
-def _import(vault: Any, path: Path, *, scope: str, fmt: str, batch_size: int,
-            quiet: bool, skip: int = 0) -> dict[str, Any]:
-    """Import a conversation file in batches, with a progress bar (``import`` and ``demo``),
-    after its first ``skip`` records.
-
-    Each batch is one transaction. Raises the error of the first batch that fails; when
-    earlier batches were committed, the error (same kind) says how many records were and
-    how to import the rest (``--skip``), and ``details`` carry ``committed`` and
-    ``failed_at`` (1-based record numbers of the file)."""
+def _read_import(path: Path, *, scope: str, force_scope: str | None,
+                 fmt: str) -> Any:
+    """The file's :class:`~mnemovault.importers.ImportPlan` (read before the vault is
+    opened, so a bad file is refused at once)."""
     from mnemovault.importers import read_file
 
-    plan = read_file(path, default_scope=scope, fmt=fmt)
-    items = plan.items[skip:]
+    return read_file(path, default_scope=scope, fmt=fmt, force_scope=force_scope)
+
+
+def _import(vault: Any, plan: Any, path: Path, *, batch_size: int, quiet: bool,
+            skip: int = 0, all_or_nothing: bool = False) -> dict[str, Any]:
+    """Import a read file (``plan``) in batches, with a progress bar (``import`` and
+    ``demo``), after its first ``skip`` records.
+
+    * The model is loaded first, as a step of its own: ``seconds`` and ``per_second`` time
+      the import alone, ``model_seconds`` the load.
+    * A record whose ``source_id`` is stored already in its scope (or came earlier in the
+      file) is skipped and counted (``already_stored``): an import run again, or after an
+      interruption, stores only what is missing.
+    * A record the capture guard refuses is left out and listed in ``refused`` (its place
+      in the file and the detector, never its text); the other records of its batch are
+      stored. With ``all_or_nothing`` the whole import is one transaction: any refusal (or
+      error) stores nothing.
+
+    Each batch is one transaction, governed and audited as any write. Raises the error of
+    the first batch that fails; when earlier batches were committed, the error (same
+    kind) says how many and how to go on, and ``details`` carry ``committed`` and
+    ``failed_at`` (1-based record numbers of the file)."""
+    from mnemovault.errors import Refused
+
+    model_seconds = _load_model(vault, quiet=quiet)
     started = time.perf_counter()
-    scopes: set[str] = set()
+    todo: list[tuple[str, Any, int]] = []  # (where, item, 1-based record number)
+    already = 0
+    pairs = list(zip(plan.where, plan.items, strict=True))[skip:]
+    with_ids = sorted({item.scope for _, item in pairs if item.provenance.source_id})
+    stored = vault.stored_source_ids(with_ids) if with_ids else {}
+    for n, (where, item) in enumerate(pairs, start=skip + 1):
+        sid = item.provenance.source_id
+        if sid is not None:
+            seen = stored.setdefault(item.scope, set())
+            if sid in seen:
+                already += 1
+                continue
+            seen.add(sid)
+        todo.append((where, item, n))
+    refused: list[dict[str, Any]] = []
+    scopes: dict[str, int] = {}
     committed = 0
+    size = max(len(todo), 1) if all_or_nothing else batch_size
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                   MofNCompleteColumn(), TimeRemainingColumn(), console=err,
                   disable=quiet) as progress:
-        task = progress.add_task(f"importing {path.name}", total=len(items))
-        for i in range(0, len(items), batch_size):
-            batch = items[i : i + batch_size]
-            try:
-                vault.remember_many(batch, trigger="import")
-            except MnemoError as exc:
-                if not committed:
-                    raise
-                raise _stopped(exc, committed=committed, skip=skip, first=skip + i + 1,
-                               last=skip + i + len(batch), total=len(plan.items)) from exc
+        task = progress.add_task(f"importing {path.name}", total=len(todo))
+        for i in range(0, len(todo), size):
+            batch = todo[i : i + size]
+            while batch:
+                try:
+                    vault.remember_many([item for _, item, _ in batch], trigger="import")
+                    break
+                except Refused as exc:
+                    out_ = _refused_records(exc, batch)
+                    if out_ is None or all_or_nothing:
+                        if all_or_nothing and out_ is not None:
+                            raise Refused(
+                                f"import refused (--all-or-nothing): the capture guard "
+                                f"refused {_where_list(out_)}; nothing was stored",
+                                field=exc.field, refused=out_) from None
+                        raise
+                    refused.extend(out_)
+                    gone = {r["record"] for r in out_}
+                    batch = [b for b in batch if b[0] not in gone]
+                    progress.advance(task, len(out_))
+                except MnemoError as exc:
+                    if not committed:
+                        raise
+                    raise _stopped(exc, committed=committed, first=batch[0][2],
+                                   last=batch[-1][2], total=len(plan.items)) from exc
             committed += len(batch)
-            scopes.update(b.scope for b in batch)
+            for _, item, _ in batch:
+                scopes[item.scope] = scopes.get(item.scope, 0) + 1
             progress.advance(task, len(batch))
     elapsed = time.perf_counter() - started
-    return {"file": str(path), "format": plan.format, "imported": len(items),
-            "skipped": skip, "scopes": len(scopes), "seconds": round(elapsed, 2),
-            "per_second": round(len(items) / elapsed, 1) if elapsed else None}
+    return {"file": str(path), "format": plan.format, "records": len(plan.items),
+            "imported": committed, "already_stored": already, "refused": refused,
+            "skipped": skip, "scopes": dict(sorted(scopes.items())),
+            "seconds": round(elapsed, 2),
+            "per_second": round(committed / elapsed, 1) if elapsed else None,
+            "model_seconds": round(model_seconds, 2)}
 
 
-def _stopped(exc: MnemoError, *, committed: int, skip: int, first: int, last: int,
+def _refused_records(exc: MnemoError, batch: list[tuple[str, Any, int]]
+                     ) -> list[dict[str, Any]] | None:
+    """The records of ``batch`` the guard's refusal names (``items.<i>.<field>`` in its
+    findings; a batch of one: its record), as ``{record, field, detector, kind,
+    severity}``; None when it names none (then the error stands)."""
+    found: dict[int, dict[str, Any]] = {}
+    for f in exc.details.get("findings") or [{"field": exc.field, **exc.details}]:
+        field = str(f.get("field") or "")
+        if field.startswith("items."):
+            head, _, rest = field.removeprefix("items.").partition(".")
+            if not head.isdigit():
+                continue
+            n, field = int(head), rest
+        elif len(batch) == 1:
+            n = 0
+        else:
+            continue
+        if n < len(batch) and n not in found:
+            found[n] = {"record": batch[n][0], "field": field, "detector": f.get("detector"),
+                        "kind": f.get("kind"), "severity": f.get("severity")}
+    return [found[n] for n in sorted(found)] or None
+
+
+def _where_list(refused: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{r['record']} (detector {r['detector']})" for r in refused)
+
+
+def _stopped(exc: MnemoError, *, committed: int, first: int, last: int,
              total: int) -> MnemoError:
     """The error of a failed import batch after ``committed`` records were committed: the
     same kind, saying what stays and how to go on (issue 29 item 8: the batch's own message
     says "nothing was changed", which is true of that batch only)."""
     message = (f"import stopped at records {first}-{last} of {total}: {committed} records "
                f"before them were committed and stay (one transaction per batch); that batch "
-               f"was not stored ({exc.message}). To import the rest, fix the record and run "
-               f"the import again with --skip {skip + committed}")
+               f"was not stored ({exc.message}). Fix the record and run the same import "
+               f"again: records with a source_id stored already are skipped (for records "
+               f"without one, add --skip {first - 1})")
     out = type(exc)(message, field=exc.field, **exc.details)
     out.details.update(committed=committed, failed_at=first)
     return out
+
+
+def _log_config() -> dict[str, Any]:
+    """uvicorn's logging configuration plus mnemovault's loggers (INFO, to stderr): the
+    access lines of :mod:`mnemovault.api.edge` and every error line, which carry ids,
+    route templates and placeholders only."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["mnemovault"] = {"handlers": ["default"], "level": "INFO",
+                                       "propagate": False}
+    return config

@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from mnemovault.cli._common import _emit_json, _fail, _state, _vault, err, out
+from mnemovault.cli._common import _emit_json, _fail, _hint, _state, _vault, err, out
 from mnemovault.errors import MnemoError
 
 keys_app = typer.Typer(help="API keys.", no_args_is_help=True)
@@ -128,8 +128,9 @@ def keys_revoke(
     else:
         out.print(f"key {res['key_id']} revoked at {res['revoked_at']}", highlight=False)
     if res["last_owner"] and not as_json:
-        err.print("[dim]the tenant has no unlimited owner key left; `mnemovault keys create "
-                  "--role owner` makes one[/]")
+        err.print("the tenant has no unlimited owner key left; "
+                  f"`{_hint('keys create --role owner')}` makes one", style="dim",
+                  markup=False, highlight=False)
 
 
 @kek_app.command("rotate")

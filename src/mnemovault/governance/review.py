@@ -134,6 +134,9 @@ def _comment(rt: Runtime, who: Principal, comment: str | None,
 
 def _pending_row(rt: Runtime, conn: Any, who: Principal, mid: uuid.UUID) -> dict[str, Any]:
     row = store.lock(conn, who.tenant, mid)
+    if row is None and store.was_rejected(conn, who.tenant, mid):
+        raise Conflict("id: this item was rejected (and deleted) already; nothing was "
+                       "changed", field="id", status="deleted")
     if row is None or not visibility.view(rt, conn, who).within(row):
         raise NotFound("id: no memory with this id", field="id")
     if row["status"] != "pending_review":

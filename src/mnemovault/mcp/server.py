@@ -17,8 +17,8 @@ envelope, ``{"error": {"code", "message", "field"?, "details"?}}`` (a missing pe
 named in ``details.permission``; a refused semantic forget lists ``details.candidates``).
 Any other exception is a defect: logged by its type only and answered as ``internal``.
 An argument a tool does not take is refused with the envelope (``validation``, ``field``
-naming it; the SDK itself would ignore it); arguments of the wrong type are refused by the
-SDK before the tool runs (also ``isError``).
+naming it; the SDK itself would ignore it), and so are arguments of the wrong type, missing
+required ones and values out of range (the field and the rule, as HTTP's 422 body).
 
 Tools (each description says what it does to stored data): ``remember``, ``recall``,
 ``forget``, ``pin``, ``unpin``, ``erase_value``, ``timeline``, ``wake``, and procedural
@@ -42,6 +42,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
+from pydantic import ValidationError as PydanticValidationError
 
 from mnemovault import __version__
 from mnemovault.auth import Principal
@@ -49,6 +50,7 @@ from mnemovault.chat.context import RULE
 from mnemovault.errors import InternalError, MnemoError, NotFound, Unauthenticated
 from mnemovault.errors import ValidationError as MnemoValidationError
 from mnemovault.mcp import views
+from mnemovault.validation import validation_error_from_pydantic
 
 if TYPE_CHECKING:
     from mnemovault import MemoryVault
@@ -115,6 +117,11 @@ def error_result(exc: MnemoError) -> CallToolResult:
                           structured_content=body, is_error=True)
 
 
+INVALID_ARGUMENTS = "__mnemovault_invalid_arguments__"
+"""The keyword :class:`_StrictArguments` hands the tool wrapper, with the
+:class:`~mnemovault.errors.ValidationError` to answer, when the arguments do not validate
+(a wrong type, a missing required one, a value out of range): the envelope names the
+argument and the rule (``details.errors`` lists every one), never pydantic's raw text."""
 UNKNOWN_ARGUMENTS = "__mnemovault_unknown_arguments__"
 """The keyword :class:`_StrictArguments` hands the tool wrapper in place of the arguments
 when a call names arguments the tool does not take."""
@@ -130,7 +137,10 @@ class _StrictArguments(FuncMetadata):
         unknown = [a for a in arguments_to_validate if a not in known]
         if unknown:
             return {UNKNOWN_ARGUMENTS: (unknown, known)}
-        return super().validate_arguments(arguments_to_validate)
+        try:
+            return super().validate_arguments(arguments_to_validate)
+        except PydanticValidationError as exc:  # wrong type, missing, out of range
+            return {INVALID_ARGUMENTS: validation_error_from_pydantic(exc)}
 
 
 def _strict(tool: Tool) -> Tool:
@@ -149,6 +159,8 @@ def _governed(fn: Callable[..., Result]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
+        if INVALID_ARGUMENTS in kwargs:
+            return error_result(kwargs[INVALID_ARGUMENTS])
         if UNKNOWN_ARGUMENTS in kwargs:
             unknown, known = kwargs[UNKNOWN_ARGUMENTS]
             return error_result(MnemoValidationError(

@@ -75,3 +75,14 @@ def page(rt: Runtime, who: Principal, *, scope: str | None = None,
         items = v.render([Memory.from_row(r) for r in rows[:limit]])
     nxt = items[-1].id if len(rows) > limit else None
     return Page(items=items, next_cursor=nxt)
+
+
+def source_ids(rt: Runtime, who: Principal, scopes: list[str]) -> dict[str, set[str]]:
+    """The ``provenance.source_id`` values already stored in each of ``scopes`` (as named:
+    a scope that is pseudonymised when stored is not matched), for an import to skip those
+    records. Needs ``memory:read`` and each scope within the caller's."""
+    who.require("memory:read")
+    for s in scopes:
+        who.check_scope(s)
+    with rt.db.transaction(who.tenant) as conn:
+        return store.source_ids(conn, who.tenant, scopes)

@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import logging
 import math
+import re
 import threading
 import time
 import weakref
@@ -116,6 +117,27 @@ def app_login_url(owner_url: str, role: str, password: str | None = None) -> str
     return make_conninfo(**params)
 
 
+MIGRATION_LOCK = 0x6D6E656D6F  # pg_advisory_lock key: one schema migration at a time
+_REVISION = re.compile(r"^(revision|down_revision)\s*(?::[^=]*)?=\s*(.+)$", re.MULTILINE)
+
+
+def code_head() -> str | None:
+    """The head revision of the migrations shipped with this code, read from the files
+    in ``migrations/versions`` (no Alembic import: that costs about a second, and a command
+    at head needs none of it). None when the files have no single head (Alembic decides)."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    folder = resources.files("mnemovault.store") / "migrations" / "versions"
+    for entry in folder.iterdir():
+        if not entry.name.endswith(".py"):
+            continue
+        for name, value in _REVISION.findall(entry.read_text(encoding="utf-8")):
+            ids = re.findall(r"[\"']([^\"']+)[\"']", value)
+            (revisions if name == "revision" else parents).update(ids)
+    heads = revisions - parents
+    return next(iter(heads)) if len(heads) == 1 else None
+
+
 def _sqlalchemy_url(url: str) -> str:
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
@@ -207,23 +229,43 @@ class Database:
             row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
             return row[0] if row else None
 
+    def ensure_schema(self, embedding_dim: int) -> bool:
+        """Migrate to head unless the schema is there already: one query of the stored
+        revision against :func:`code_head` (Alembic is imported only when there is
+        something to do). Returns whether migrations ran."""
+        head = code_head()
+        if head is not None and self.current_revision() == head:
+            self._ensure_app_password()
+            return False
+        self.upgrade(embedding_dim)
+        return True
+
     def upgrade(self, embedding_dim: int) -> tuple[str | None, str | None]:
         """Run Alembic migrations to head. Returns (revision before, revision after).
 
         ``embedding_dim`` sizes the vector column when the schema is first created.
+        Processes migrating one database at once take turns (a session advisory lock,
+        :data:`MIGRATION_LOCK`): the first migrates, the others find the schema at head.
         """
-        from alembic import command
+        with owner_connection(self.url, autocommit=True) as lock:
+            lock.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+            before = self.current_revision()
+            if before is None or before != code_head():
+                from alembic import command
 
-        before = self.current_revision()
-        try:
-            command.upgrade(self.alembic_config(embedding_dim), "head")
-        except Exception as exc:
-            raise Unavailable(f"migration failed: {type(exc).__name__}: {exc}") from exc
-        citus.distribute(self.url, self.app_role)  # no-op without Citus
+                try:
+                    command.upgrade(self.alembic_config(embedding_dim), "head")
+                except Exception as exc:
+                    raise Unavailable(f"migration failed: {type(exc).__name__}: "
+                                      f"{exc}") from exc
+            citus.distribute(self.url, self.app_role)  # no-op without Citus
+        self._ensure_app_password()
+        return before, self.current_revision()
+
+    def _ensure_app_password(self) -> None:
         if self.app_password and not self._app_login_works(
                 app_login_url(self.url, self.app_role, self.app_password)):
             self.set_app_password(self.app_password)
-        return before, self.current_revision()
 
     def set_app_password(self, password: str) -> None:
         """Give the application role ``LOGIN`` and ``password`` (as the owner). The password

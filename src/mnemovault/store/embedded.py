@@ -50,7 +50,7 @@ from urllib.parse import parse_qs, urlparse
 import psycopg
 from psycopg import sql
 
-from mnemovault.errors import Unavailable
+from mnemovault.errors import ConfigError, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,10 @@ def start_embedded(data_dir: Path) -> str:
     data_dir = Path(data_dir).expanduser().resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     pgdata = data_dir / "pg"
+    if not os.access(data_dir, os.W_OK):  # else the failure names a log it cannot write
+        raise ConfigError(f"data-dir: {data_dir} is not writable (read-only, or another "
+                          "user's); the data dir (--data-dir or MNEMOVAULT_DATA_DIR) must be "
+                          "writable by this user", field="data_dir")
     install_exit_signal_handlers()
     try:
         if pgdata.is_dir():
@@ -91,7 +95,7 @@ def start_embedded(data_dir: Path) -> str:
                 prune_handles(pgdata, add=os.getpid())
                 clear_stale_postmaster(pgdata)
         server: Any = pgserver.get_server(pgdata, cleanup_mode="stop")
-    except Unavailable:
+    except (Unavailable, ConfigError):
         raise
     except Exception as exc:  # the wheel raises several kinds; name the place to look
         raise Unavailable(
@@ -105,8 +109,12 @@ def start_embedded(data_dir: Path) -> str:
             "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE_NAME,)
         ).fetchone()
         if not exists:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE_NAME)))
-            log.info("created database %s in %s", DATABASE_NAME, pgdata)
+            try:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(
+                    sql.Identifier(DATABASE_NAME)))
+                log.info("created database %s in %s", DATABASE_NAME, pgdata)
+            except (psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
+                pass  # another process starting on this new directory created it first
     return str(server.get_uri(database=DATABASE_NAME))
 
 

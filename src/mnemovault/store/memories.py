@@ -410,11 +410,28 @@ def delete(conn: Conn, tenant: str, ids: Sequence[uuid.UUID]) -> None:
                  (tenant, list(ids)))
 
 
+def source_ids(conn: Conn, tenant: str, scopes: Sequence[str]) -> dict[str, set[str]]:
+    """The ``provenance.source_id`` values stored in each of ``scopes`` (any status): what
+    an import has stored already (it skips those records)."""
+    out: dict[str, set[str]] = {s: set() for s in scopes}
+    for r in conn.execute(
+            "SELECT DISTINCT scope, provenance->>'source_id' AS sid FROM memories "
+            "WHERE tenant_id = %s AND scope = ANY(%s) AND provenance ? 'source_id'",
+            (tenant, list(scopes))).fetchall():
+        out[r["scope"]].add(r["sid"])
+    return out
+
+
 # -- retention -----------------------------------------------------------------------------
 # The retention score of :func:`mnemovault.governance.retention.score` in SQL (the job must
 # not fetch every row to score it in Python). Parameters: now, half_life, w_r, w_a, sat.
+# Idle since the last access, else since the later of the record's own time and when it was
+# stored (the UUIDv7 id's milliseconds, mnemovault.ids): an import of last spring's
+# conversation is not idle for months the moment it lands (issue 28 item 7).
+_STORED_AT = ("to_timestamp(('x' || substr(replace(id::text, '-', ''), 1, 12))::bit(48)"
+              "::bigint / 1000.0)")
 _IDLE_DAYS = ("(extract(epoch FROM (%(now)s::timestamptz - coalesce(last_accessed_at, "
-              "created_at))) / 86400.0)")
+              f"greatest(created_at, {_STORED_AT})))) / 86400.0)")
 # Total over every stored timestamp: the exponent is clamped at -1000 (2^-1000 ~ 1e-301, a
 # normal float8), so a memory idle for centuries scores ~0 instead of raising "value out of
 # range: underflow"; the arithmetic is float8 throughout.

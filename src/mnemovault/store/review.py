@@ -183,3 +183,12 @@ def restore_parent(conn: Conn, tenant: str, parent_id: uuid.UUID) -> bool:
         "AND c.parent_id = p.id AND c.status = 'active')",
         {"id": parent_id, "mark": MARK, "t": tenant})
     return cur.rowcount == 1
+
+
+def was_rejected(conn: Conn, tenant: str, memory_id: uuid.UUID) -> bool:
+    """Whether a ``REVIEW_REJECT`` audit row names ``memory_id`` (a rejected item that was
+    deleted: a second decision on it is a conflict, not a missing item)."""
+    return conn.execute(
+        "SELECT 1 FROM audit_log WHERE tenant_id = %s AND operation = 'REVIEW_REJECT' "
+        "AND convert_from(row_bytes, 'UTF8')::jsonb -> 'memory_ids' ? %s LIMIT 1",
+        (tenant, str(memory_id))).fetchone() is not None
