@@ -36,7 +36,9 @@ from mnemovault.vault import MemoryVault
 from tests.servers import serve
 
 TOOLS = {"remember", "recall", "forget", "pin", "unpin", "erase_value", "timeline", "wake",
-         "procedure_capture", "procedure_recall", "procedure_run", "procedure_feedback"}
+         "procedure_capture", "procedure_recall", "procedure_run", "procedure_feedback",
+         "subject_memories", "subject_export", "rectify", "subject_erase", "audit_verify",
+         "audit_inclusion_proof"}
 PLACEHOLDER = re.compile(r"\{[a-z][a-z_]*:p_[0-9a-f]{10}\}")
 Portal = anyio.from_thread.BlockingPortal
 
@@ -117,7 +119,9 @@ def stdio(portal: Portal, stdio_dir: Path) -> Iterator[tuple[Session, list[Excep
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "mnemovault.cli", "--data-dir", str(stdio_dir),
                                       "mcp"],
-        env={"MNEMOVAULT_API_KEY": token, "TOKENIZERS_PARALLELISM": "false"})
+        env={"MNEMOVAULT_API_KEY": token, "TOKENIZERS_PARALLELISM": "false",
+             # the tree under test when PYTHONPATH points at one (not the installed copy)
+             **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}})
     log = stdio_dir / "server-stderr.log"
     with log.open("w") as errlog, connect(portal, stdio_client(params, errlog=errlog)) as (
             session, problems):
@@ -152,7 +156,10 @@ def test_stdio_tools_remember_recall_forget(
     for t in tools:
         assert t.description and t.annotations is not None, t.name
     assert {t.name for t in tools if t.annotations and t.annotations.destructive_hint} == {
-        "forget", "erase_value"}
+        "forget", "erase_value", "rectify", "subject_erase"}
+    assert {t.name for t in tools if t.annotations and t.annotations.read_only_hint} == {
+        "timeline", "wake", "procedure_recall", "subject_memories", "audit_verify",
+        "audit_inclusion_proof"}
     prompts = s.portal.call(s.client.list_prompts).prompts
     assert [p.name for p in prompts] == ["memory_rules"]
     guide = s.portal.call(s.client.get_prompt, "memory_rules").messages[0].content

@@ -779,6 +779,13 @@ PATHS: list[Path] = [
     Path("mcp procedure_recall", "recall", at(lambda w, c, s, sub: w.mcp.call(
         c, "procedure_recall", question=PROC_QUESTION, scope=s, k=100), subject=False),
         archived=False, kinds=("procedure",)),
+    Path("mcp subject_memories", "subject", at(lambda w, c, s, sub: w.mcp.call(
+        c, "subject_memories", subject=str(sub), scope=s, limit=100))),
+    Path("mcp subject_export", "subject", at(lambda w, c, s, sub: w.mcp.call(
+        c, "subject_export", subject=str(sub), scope=s)), needs=("subject:erase",)),
+    Path("mcp subject_export reveal", "subject", at(lambda w, c, s, sub: w.mcp.call(
+        c, "subject_export", subject=str(sub), scope=s, reveal=True)),
+        needs=("subject:erase", "pii:reveal"), reveal=True),
     # -- the library -----------------------------------------------------------------------
     Path("mv.get", "read", each(lambda w, c, r: w.lib(
         lambda: w.vault.get(r.id, principal=c.who)))),
@@ -934,6 +941,11 @@ MCP_TOOLS: dict[str, list[str] | str] = {
     "remember": "receipt", "pin": "ids changed", "unpin": "ids changed",
     "erase_value": "placeholders shredded", "procedure_capture": "receipt",
     "procedure_run": "run receipt", "procedure_feedback": "the caller's run",
+    "subject_memories": _named("mcp subject_memories"),
+    "subject_export": _named("mcp subject_export"),
+    "rectify": "rectified: id, version, placeholders (as PUT /v1/memories/{id}/content)",
+    "subject_erase": "signed erasure receipt: fingerprints, counts",
+    "audit_verify": "a verdict: counts and hashes", "audit_inclusion_proof": "hashes",
 }
 
 # chat command prefix -> the matrix's paths for it, or why it returns no record text

@@ -1,10 +1,11 @@
 """mnemovault: governed long-term memory for AI agents.
 
 The public surface is :data:`__all__` (a test asserts it): the service facade
-:class:`MemoryVault`, its settings and principal, its typed inputs and outputs, and the
-error hierarchy (drawn in :mod:`mnemovault.errors`). Everything else is an implementation
-module: importable, but not a promise. Names load on first use, so ``import mnemovault``
-stays light (no database driver, no model).
+:class:`MemoryVault` (and :class:`AsyncMemoryVault`, the same methods awaited), its
+settings and principal, its typed inputs and outputs, and the error hierarchy (drawn in
+:mod:`mnemovault.errors`). Everything else is an implementation module: importable, but
+not a promise. Names load on first use, so ``import mnemovault`` stays light (no
+database driver, no model).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from mnemovault.aio import AsyncMemoryVault
     from mnemovault.auth import Principal
     from mnemovault.chat.models import ChatEvent, ChatResult, ChatStream
     from mnemovault.config import Settings
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "MemoryVault": "mnemovault.vault",
+    "AsyncMemoryVault": "mnemovault.aio",
     "Settings": "mnemovault.config",
     "Principal": "mnemovault.auth",
     **dict.fromkeys(["Entity", "ForgetResult", "Hit", "Memory", "MemoryInput", "Page",
@@ -58,6 +61,7 @@ _WHERE = {
 }
 
 __all__ = [
+    "AsyncMemoryVault",
     "ChatEvent",
     "ChatResult",
     "ChatStream",

@@ -251,12 +251,13 @@ class MemoryVault:
 
     def list(self, *, scope: str | None = None, subject: str | None = None, limit: int = 50,
              cursor: uuid.UUID | str | None = None, include_superseded: bool = False,
-             flagged: bool = False, principal: Principal | None = None) -> Page:
+             flagged: bool = False, key: str | None = None,
+             principal: Principal | None = None) -> Page:
         """Memories oldest id first, keyset-paginated (``next_cursor``); limit 1..100;
-        ``flagged``: only those the injection sanitiser flagged."""
+        ``flagged``: only those the injection sanitiser flagged; ``key``: only that key's."""
         return read.page(self.rt, self._who(principal), scope=scope, subject=subject,
                          limit=limit, cursor=cursor, include_superseded=include_superseded,
-                         flagged=flagged)
+                         flagged=flagged, key=key)
 
     def stored_source_ids(self, scopes: builtins.list[str], *,
                           principal: Principal | None = None) -> dict[str, set[str]]:

@@ -1,4 +1,4 @@
-"""``timeline`` and ``wake`` for the MCP tools: thin shapes over
+"""``timeline``, ``wake`` and ``audit_verify`` for the MCP tools: thin shapes over
 :meth:`MemoryVault.timeline` and :meth:`MemoryVault.wake` (the capability is
 :mod:`mnemovault.recall.wake`), with the caller's principal, so a key sees here exactly
 what it may see over the HTTP API. Timestamps arrive as ISO 8601 strings."""
@@ -8,8 +8,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from mnemovault.audit.service import deployment_public_key
 from mnemovault.auth import Principal
-from mnemovault.errors import ValidationError
+from mnemovault.errors import NotFound, ValidationError
 from mnemovault.models import Memory
 from mnemovault.validation import TIME_RULE, check_time
 
@@ -74,3 +75,26 @@ def wake(vault: MemoryVault, who: Principal, *, scope: str, subject: str | None,
               for m, reason in zip(state.records, state.reasons, strict=True)]
     return {"pack": state.pack, "records": listed, "tokens_estimated": state.tokens,
             "budget_tokens": state.budget, "omitted": state.left_out}
+
+
+def audit_status(vault: MemoryVault, who: Principal) -> dict[str, Any]:
+    """The tenant's audit chain verified in the database (:meth:`AuditService.verify`, as
+    ``mnemovault audit verify`` does): against the latest signed checkpoint and this
+    deployment's public key when the tenant has one, else the chain alone (with a warning
+    saying so). :meth:`VerifyResult.to_dict` plus ``checkpoint_checked``.
+
+    Raises:
+        Forbidden: missing ``audit:read``.
+    """
+    try:
+        note: str | None = vault.audit.checkpoint(who)["note"]
+    except NotFound:
+        note = None
+    found = deployment_public_key(vault.settings) if note is not None else None
+    result = vault.audit.verify(who, checkpoint=note if found else None,
+                                public_key=found[0] if found else None)
+    out = result.to_dict()
+    if note is None:
+        out["warnings"] = [*out.get("warnings", []),
+                           "no signed checkpoint yet: the chain was checked, no Merkle root"]
+    return {**out, "checkpoint_checked": found is not None}

@@ -43,12 +43,13 @@ def get(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, *, reveal: bool
 
 def page(rt: Runtime, who: Principal, *, scope: str | None = None,
          subject: str | None = None, limit: int = 50, cursor: uuid.UUID | str | None = None,
-         include_superseded: bool = False, flagged: bool = False) -> Page:
+         include_superseded: bool = False, flagged: bool = False,
+         key: str | None = None) -> Page:
     """Memories oldest id first, keyset-paginated: pass ``next_cursor`` back as ``cursor``
     (the last id seen). ``limit`` is 1..100. Scope and subject are matched as stored
     (pseudonymised like stored text). ``flagged``: only those the injection sanitiser
-    flagged (:data:`mnemovault.guard.sanitise.FLAG_KEY`), for review. Needs
-    ``memory:read``.
+    flagged (:data:`mnemovault.guard.sanitise.FLAG_KEY`), for review. ``key``: only the
+    versions of that key (matched as stored, like scope). Needs ``memory:read``.
 
     Raises:
         ValidationError: limit out of range, malformed cursor.
@@ -62,6 +63,7 @@ def page(rt: Runtime, who: Principal, *, scope: str | None = None,
     subject = checked.optional_name(subject, "subject")
     who.check_subject(subject)
     subject = who.subject or subject
+    key = checked.optional_name(key, "key")
     after = parse_id(cursor, "cursor") if cursor is not None else None
     with rt.db.transaction(who.tenant) as conn:
         tr = pii.Translator(rt, conn, who.tenant)
@@ -71,7 +73,7 @@ def page(rt: Runtime, who: Principal, *, scope: str | None = None,
                            ("active", "pending_review"))
         rows = store.page(conn, who.tenant, scope=tr(scope), subject=tr(subject),
                           visible=visible, params=params, cursor=after, limit=limit + 1,
-                          flagged_by=FLAG_KEY if flagged else None)
+                          flagged_by=FLAG_KEY if flagged else None, key=tr(key))
         items = v.render([Memory.from_row(r) for r in rows[:limit]])
     nxt = items[-1].id if len(rows) > limit else None
     return Page(items=items, next_cursor=nxt)

@@ -191,11 +191,11 @@ def fold_accesses(conn: Conn, tenant: str) -> int:
 
 def page(conn: Conn, tenant: str, *, scope: str | None, subject: str | None,
          visible: str, params: dict[str, Any], cursor: uuid.UUID | None, limit: int,
-         flagged_by: str | None = None) -> list[dict[str, Any]]:
+         flagged_by: str | None = None, key: str | None = None) -> list[dict[str, Any]]:
     """At most ``limit`` rows in id order (oldest first), after ``cursor`` when given, that
     satisfy ``visible`` (a view's condition, :meth:`mnemovault.visibility.View.clause`,
     whose values are in ``params``); with ``flagged_by``, only rows whose provenance has
-    that key (the sanitiser's label)."""
+    that key (the sanitiser's label); with ``key``, only that key's rows."""
     params = {**params, "limit": limit, "tenant": tenant}
     clauses: list[str] = ["tenant_id = %(tenant)s" + _limits(params, scope, subject) + visible]
     if cursor is not None:
@@ -204,6 +204,9 @@ def page(conn: Conn, tenant: str, *, scope: str | None, subject: str | None,
     if flagged_by is not None:
         clauses.append("provenance ? %(flag)s")
         params["flag"] = flagged_by
+    if key is not None:
+        clauses.append("key = %(key)s")
+        params["key"] = key
     return conn.execute(
         f"SELECT {COLUMNS} FROM memories WHERE {' AND '.join(clauses)} "
         f"ORDER BY id LIMIT %(limit)s", params).fetchall()
