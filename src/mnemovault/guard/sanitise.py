@@ -373,10 +373,38 @@ class Sanitiser:
 
 
 @functools.cache
-def default_sanitiser() -> Sanitiser:
-    """The sanitiser the write path uses: the heuristic detector alone (built on first use:
-    compiling its patterns takes a few tens of milliseconds)."""
-    return Sanitiser()
+def sanitiser_for(detectors: tuple[str, ...] = ("learned", "heuristic"),
+                  threshold: float | None = None) -> Sanitiser:
+    """A sanitiser of the named detectors, in order: ``learned``
+    (:class:`mnemovault.guard.learned.LearnedDetector` at ``threshold``; None: its default)
+    and ``heuristic`` (:class:`HeuristicDetector`). Built once per combination.
+
+    Raises:
+        ValueError: an unknown detector name or a threshold outside (0, 1).
+    """
+    from mnemovault.guard.learned import DEFAULT_THRESHOLD, LearnedDetector
+
+    built: list[Detector] = []
+    for name in detectors:
+        if name == "learned":
+            built.append(LearnedDetector(DEFAULT_THRESHOLD if threshold is None else threshold))
+        elif name == "heuristic":
+            built.append(HeuristicDetector())
+        else:
+            raise ValueError(f"unknown injection detector {name!r} (learned, heuristic)")
+    return Sanitiser(built)
+
+
+def default_sanitiser(settings: Any = None) -> Sanitiser:
+    """The sanitiser the write path uses: ``MNEMOVAULT_INJECTION_DETECTORS`` (default the
+    learned detector, then the phrase rules) at ``MNEMOVAULT_INJECTION_THRESHOLD``, read
+    from ``settings`` (a :class:`mnemovault.config.Settings`; None: the environment)."""
+    if settings is None:
+        from mnemovault.config import get_settings
+
+        settings = get_settings()
+    return sanitiser_for(tuple(settings.injection_detectors),
+                         float(settings.injection_threshold))
 
 
 def tool_source(source: str | None) -> bool:
