@@ -42,7 +42,6 @@ import random
 import sys
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -240,7 +239,7 @@ def write_weights(model: learned.Model, manifest: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--quick", action="store_true", help="200 texts a collection; no weights")
+    ap.add_argument("--quick", action="store_true", help="60 texts a collection; no weights")
     ap.add_argument("--no-write", action="store_true", help="do not write the weights")
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--C", type=float, default=C_VALUE)
@@ -253,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         rng = random.Random(args.seed)
         for co in colls:
-            co.samples = rng.sample(co.samples, min(200, len(co.samples)))
+            co.samples = rng.sample(co.samples, min(60, len(co.samples)))
     result = cross_collection(colls, args.seed, args.C)
     full = result.pop("_full_model")
     result.pop("_prepared")

@@ -193,7 +193,7 @@ class Settings(BaseSettings):
     # 0 and 1 (a window scoring at or above it is flagged; lower flags more). Default: the
     # threshold chosen on the development collections (bench/train_injection.py)
     injection_detectors: list[str] = Field(default_factory=lambda: ["learned", "heuristic"])
-    injection_threshold: float = 0.8
+    injection_threshold: float = 0.96
 
     @field_validator("injection_threshold")
     @classmethod

@@ -63,7 +63,7 @@ DIMENSION = 1 << 18
 WINDOW = 500
 """Characters per window (a shorter text is one window)."""
 
-DEFAULT_THRESHOLD = 0.8
+DEFAULT_THRESHOLD = 0.96
 """The default of ``MNEMOVAULT_INJECTION_THRESHOLD`` (see the manifest's ``threshold``)."""
 
 FEATURES_VERSION = 1
@@ -111,12 +111,13 @@ def featurise(text: str) -> set[int]:
 
 @dataclass(frozen=True)
 class Window:
-    """``text[start:end]`` and its feature slots; ``segments``: its segments' spans."""
+    """``text[start:end]`` and its feature slots; ``segments``: the spans of its segments
+    (sentences and lines), scored on their own only when the window is flagged."""
 
     start: int
     end: int
     slots: frozenset[int]
-    segments: tuple[tuple[int, int, frozenset[int]], ...]
+    segments: tuple[tuple[int, int], ...]
 
 
 def segments(text: str) -> list[tuple[int, int]]:
@@ -141,8 +142,8 @@ def segments(text: str) -> list[tuple[int, int]]:
 def windows(text: str) -> list[Window]:
     """The windows ``text`` is scored in (module docstring)."""
     if len(text) <= WINDOW:
-        slots = frozenset(featurise(text))
-        return [Window(0, len(text), slots, ((0, len(text), slots),))]
+        return [Window(0, len(text), frozenset(featurise(text)),
+                       tuple(segments(text)) or ((0, len(text)),))]
     segs = [(s, e, frozenset(featurise(text[s:e]))) for s, e in segments(text)]
     out: list[Window] = []
     i = 0
@@ -152,7 +153,7 @@ def windows(text: str) -> list[Window]:
             j += 1
         part = segs[i:j + 1]
         out.append(Window(part[0][0], part[-1][1], frozenset().union(*(p[2] for p in part)),
-                          tuple(part)))
+                          tuple((a, b) for a, b, _ in part)))
         if j + 1 >= len(segs):
             break
         if j == i:
@@ -262,6 +263,7 @@ class LearnedDetector:
             if len(w.segments) == 1:
                 spans.add((w.start, w.end))
                 continue
-            own = [(a, b) for a, b, slots in w.segments if m.score(slots) >= self.threshold]
+            own = [(a, b) for a, b in w.segments
+                   if m.score(featurise(text[a:b])) >= self.threshold]
             spans.update(own or [(w.start, w.end)])
         return [Hit(a, b, FAMILY) for a, b in sorted(spans)]

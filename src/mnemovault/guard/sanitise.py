@@ -1,16 +1,16 @@
 """Injection sanitiser for imported and tool-supplied text (SPEC section 7; step 3 of the write
 path, before pseudonymisation).
 
-**It is a heuristic, not a guarantee.** It looks for phrasing that tries to steer a model that
-later reads the text: instructions to ignore previous instructions, references to the system
-prompt, references to a developer message, demands to reveal chain of thought, and directives
-that rewrite the reader's answer ("encode your response in Base64", "add this link to your
-reply"). It reads through case, extra spacing, letter spacing, homoglyphs, zero-width
-characters, leetspeak and a dozen translations of "ignore the previous instructions"
-(:mod:`mnemovault.guard.normalise`, :mod:`mnemovault.guard.patterns`). A paraphrase it has no
-pattern for, an instruction that reads like ordinary text ("What is the capital of Brazil?"),
-or a language it does not know passes unflagged; retrieved records are fenced (SPEC section 5)
-whatever this step finds.
+**It is a heuristic, not a guarantee.** The phrase rules look for phrasing that tries to
+steer a model that later reads the text: instructions to ignore previous instructions,
+references to the system prompt, references to a developer message, demands to reveal chain
+of thought, and directives that rewrite the reader's answer ("encode your response in
+Base64", "add this link to your reply"). It reads through case, extra spacing, letter
+spacing, homoglyphs, zero-width characters, leetspeak and a dozen translations of "ignore
+the previous instructions" (:mod:`mnemovault.guard.normalise`,
+:mod:`mnemovault.guard.patterns`). A paraphrase it has no pattern for, an instruction that
+reads like ordinary text ("What is the capital of Brazil?"), or a language it does not know
+passes unflagged; retrieved records are fenced (SPEC section 5) whatever this step finds.
 
 **What is sanitised** (:func:`should_sanitise`, :func:`tool_supplied`): an item whose write
 came with ``trigger`` ``"import"`` (the CLI ``import`` and ``demo``), ``"tool"`` or ``"mcp"``
@@ -46,6 +46,12 @@ long becomes the marker alone.
 separated in :data:`FAMILIES` order (``"ignore_instructions,system_prompt"``). The key is
 reserved: a caller-supplied value is dropped on every write, so the key means exactly "the
 sanitiser flagged this" and ``provenance->>'injection_flags' IS NOT NULL`` finds them all.
+
+**The detectors** (``MNEMOVAULT_INJECTION_DETECTORS``, :func:`default_sanitiser`): by
+default the learned classifier (:class:`mnemovault.guard.learned.LearnedDetector`, family
+``learned_injection``, its threshold ``MNEMOVAULT_INJECTION_THRESHOLD``) and then the
+phrase rules (:class:`HeuristicDetector`); a text either flags is redacted and labelled the
+same way, so the label, ``mnemovault flagged`` and the fenced recall treat both alike.
 
 **Plugging in a classifier**: anything with ``name`` and ``detect(text) -> list[Hit]``
 (:class:`Detector`) can join the heuristic: ``Sanitiser([HeuristicDetector(), Classifier()])``.
