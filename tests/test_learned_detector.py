@@ -106,7 +106,7 @@ def test_an_injection_in_the_middle_of_a_long_email_is_found_and_only_it_redacte
     # at 0.8: the window holding the attack holds email text too and scores 0.82-0.92 for
     # these attacks, under the default threshold (a known gap: bench/README.md)
     det = LearnedDetector(0.8)
-    assert len(EMAIL) > 3 * learned.WINDOW and det.detect(EMAIL) == []
+    assert len(EMAIL) > 2 * learned.WINDOW and det.detect(EMAIL) == []
     text = _inside(EMAIL, HIDDEN)
     hits = det.detect(text)
     start = text.index(HIDDEN)

@@ -19,9 +19,9 @@ per KB.
 longer one is cut into segments at sentence ends and line breaks (a segment longer than a
 window at spaces), and windows of consecutive segments of up to :data:`WINDOW` characters
 start every half window, so an instruction hidden in the middle of a long email is scored
-with little around it. A window at or above the threshold is a hit: the segments in it that
-score at or above the threshold on their own, else the whole window (the sanitiser then
-widens each hit to its sentence and redacts it). The family is :data:`FAMILY`.
+with little around it. A window at or above the threshold is a hit: from the first to the
+last of its segments that score at or above the threshold on their own, else the whole
+window (the sanitiser then widens each hit to its sentence and redacts it). The family is :data:`FAMILY`.
 
 **The threshold** is the setting ``MNEMOVAULT_INJECTION_THRESHOLD`` (a probability strictly
 between 0 and 1; default :data:`DEFAULT_THRESHOLD`, chosen on the development collections
@@ -209,8 +209,7 @@ def load(weights: Path = WEIGHTS, manifest: Path = MANIFEST) -> tuple[Model, dic
             raise ValueError("the manifest's features are not this code's")
         with np.load(weights, allow_pickle=False) as z:
             model = Model(np.asarray(z["weights"], dtype=np.float32), float(z["bias"]))
-    except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError,
-            zlib.error) as exc:
+    except Exception as exc:  # any failure to read them: fail closed, never a silent pass
         raise Unavailable(f"injection sanitiser: detector {NAME!r} cannot load its weights "
                           f"({type(exc).__name__}: {exc}); nothing was stored (fail closed)",
                           detector=NAME, reason="weights") from None
@@ -265,5 +264,15 @@ class LearnedDetector:
                 continue
             own = [(a, b) for a, b in w.segments
                    if m.score(featurise(text[a:b])) >= self.threshold]
-            spans.update(own or [(w.start, w.end)])
-        return [Hit(a, b, FAMILY) for a, b in sorted(spans)]
+            # from the first segment that scores on its own to the last (the sentences
+            # between belong to the same instruction), else the whole window
+            spans.add((own[0][0], own[-1][1]) if own else (w.start, w.end))
+        out = []
+        for a, b in sorted(spans):
+            while b > a and text[b - 1].isspace():
+                b -= 1
+            while a < b and text[a].isspace():
+                a += 1
+            if a < b:
+                out.append(Hit(a, b, FAMILY))
+        return out

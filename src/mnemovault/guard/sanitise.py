@@ -311,6 +311,8 @@ class Sanitiser:
             name = str(getattr(d, "name", type(d).__name__))
             try:
                 answer = d.detect(text)
+            except Unavailable:
+                raise  # the detector said it cannot answer, naming itself (fail closed)
             except Exception as exc:
                 raise Unavailable(f"injection sanitiser: detector {name!r} failed "
                                   f"({type(exc).__name__}); nothing was stored (fail closed)",
