@@ -21,7 +21,8 @@ window at spaces), and windows of consecutive segments of up to :data:`WINDOW` c
 start every half window, so an instruction hidden in the middle of a long email is scored
 with little around it. A window at or above the threshold is a hit: from the first to the
 last of its segments that score at or above the threshold on their own, else the whole
-window (the sanitiser then widens each hit to its sentence and redacts it). The family is :data:`FAMILY`.
+window (the sanitiser then widens each hit to its sentence and redacts it). The family is
+:data:`FAMILY`.
 
 **The threshold** is the setting ``MNEMOVAULT_INJECTION_THRESHOLD`` (a probability strictly
 between 0 and 1; default :data:`DEFAULT_THRESHOLD`, chosen on the development collections
