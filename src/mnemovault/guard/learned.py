@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from mnemovault.errors import Unavailable
+from mnemovault.guard.hit import Hit
 from mnemovault.guard.normalise import fold
 
 NAME = "learned"
@@ -250,9 +251,7 @@ class LearnedDetector:
         """The highest window score of ``text`` (0.0 for an empty text)."""
         return max((s for _, s in self.scores(text)), default=0.0) if text.strip() else 0.0
 
-    def detect(self, text: str) -> list[Any]:
-        from mnemovault.guard.sanitise import Hit
-
+    def detect(self, text: str) -> list[Hit]:
         if not text.strip():
             return []
         m = self.model

@@ -73,6 +73,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from mnemovault.errors import Unavailable, ValidationError
 from mnemovault.guard import patterns
+from mnemovault.guard.hit import Hit
 from mnemovault.guard.normalise import canonical, fold, fold_with_offsets
 from mnemovault.models import MAX_CONTENT_CHARS, MAX_TAG_CHARS, MemoryInput
 from mnemovault.validation import MAX_NAME_CHARS, validation_error_from_pydantic
@@ -112,15 +113,6 @@ MAX_AFTER = 600
 _PROVENANCE_NAMES = {"source": MAX_NAME_CHARS, "agent": MAX_NAME_CHARS,
                      "run_id": MAX_NAME_CHARS, "source_id": MAX_NAME_CHARS}
 _MAX_EXTRA_VALUE = 1000
-
-
-@dataclass(frozen=True, order=True)
-class Hit:
-    """One detection: ``text[start:end]`` looks like ``family``."""
-
-    start: int
-    end: int
-    family: str
 
 
 class Detector(Protocol):
