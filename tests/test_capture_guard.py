@@ -442,8 +442,12 @@ def test_chat_refuses_to_store_and_does_not_answer(vault: MemoryVault, tenant: s
     no_secret_in(r.text)
     after = counts(vault, tenant)
     assert after["memories"] == before["memories"] and after["pii_values"] == before["pii_values"]
-    # DO_NOT_STORE stores nothing, so nothing to guard: it is answered
-    res = vault.chat(f"DO_NOT_STORE: is {SSN} an SSN?", scope="s", principal=who)
+    # DO_NOT_STORE stores nothing, but the message would reach the model: refused too
+    # (issue 20); without the secret it is answered
+    with pytest.raises(Refused):
+        vault.chat(f"DO_NOT_STORE: is {SSN} an SSN?", scope="s", principal=who)
+    res = vault.chat("DO_NOT_STORE: where does the staging database live?", scope="s",
+                     principal=who)
     assert res.stored is None and counts(vault, tenant)["memories"] == before["memories"]
 
 
