@@ -32,6 +32,13 @@ Data (read from ``../shared/datasets/``, never copied here):
   texts: the fast path), LoCoMo joined into ~8 KB documents, NotInject, and the attacked
   emails (nearly all hits: the slow path, folding again with offsets and redacting).
 
+- **The learned detector** (:mod:`mnemovault.guard.learned`): the sanitiser above is the
+  default one (the learned detector, then the phrase rules); ``speed_by_detector`` times
+  each alone; ``cross_collection`` is bench/train_injection.py's leave-one-collection-out
+  table over the fetched public collections (``MNEMOVAULT_INJECTION_DATA``; without them a
+  note that it was skipped): per collection the share flagged by the learned detector
+  trained without it, by the phrase rules, and by either.
+
 Usage::
 
     python bench/injection.py --out bench/results/injection.json   # full (~1 min)
@@ -56,10 +63,19 @@ from typing import Any
 
 from _common import environment, progress
 
-from mnemovault.guard.sanitise import FAMILIES, REDACTION, Sanitiser, default_sanitiser
+from mnemovault.guard.learned import LearnedDetector
+from mnemovault.guard.sanitise import (
+    FAMILIES,
+    REDACTION,
+    HeuristicDetector,
+    Sanitiser,
+    default_sanitiser,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
-DATASETS = ROOT.parent / "shared" / "datasets"
+DATASETS = next((p for p in (ROOT.parent / "shared" / "datasets",
+                                ROOT.parents[1] / "shared" / "datasets") if p.is_dir()),
+                ROOT.parent / "shared" / "datasets")
 
 GROUPS: dict[tuple[str, str], str] = {}
 for _split, _group, _types in [
@@ -303,6 +319,27 @@ def documents(texts: list[str], size: int = 8192) -> list[str]:
     return docs
 
 
+def cross_collection_table(quick: bool, seed: int) -> dict[str, Any]:
+    """bench/train_injection.py's leave-one-collection-out table (``--quick``: 60 texts a
+    collection); without the fetched collections a note saying so."""
+    from _injection_data import FETCHED, fetched_present, load_all
+    from train_injection import cross_collection
+
+    if not fetched_present():
+        progress(f"cross-collection: fetched data sets not found under {FETCHED}: skipped")
+        return {"skipped": True, "reason": f"fetched data sets not found under {FETCHED} "
+                "(MNEMOVAULT_INJECTION_DATA; bench/README.md)"}
+    colls = load_all(seed)
+    if quick:
+        rng = random.Random(seed)
+        for co in colls:
+            co.samples = rng.sample(co.samples, min(60, len(co.samples)))
+    out = cross_collection(colls, seed)
+    out.pop("_full_model")
+    out.pop("_prepared")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--quick", action="store_true", help="a small sample (CI)")
@@ -369,6 +406,17 @@ def main(argv: list[str] | None = None) -> int:
     result["speed"] = speed(s, {"locomo_turns": locomo, "locomo_8kb_documents": documents(locomo),
                                 "notinject": notinject, "bipia_attacked_emails": attacked},
                             repeat)
+    long_docs = documents(locomo)
+    mid = [insert(c, a, "middle") for _, _, a in text_attacks[:: 15] for c in emails[:3]]
+    result["speed_by_detector"] = {
+        name: speed(Sanitiser([det]), {"locomo_8kb_documents": long_docs,
+                                       "bipia_attacked_emails": attacked}, repeat)
+        for name, det in (("heuristic", HeuristicDetector()), ("learned", LearnedDetector()))}
+    result["learned_middle_of_email"] = {
+        "texts": len(mid), "flagged": _share(
+            sum(1 for t in mid if LearnedDetector().detect(t)), len(mid))}
+    progress("cross-collection validation of the learned detector ...")
+    result["cross_collection"] = cross_collection_table(args.quick, args.seed)
     result["seconds"] = round(time.perf_counter() - started, 1)
     text = json.dumps(result, indent=2, ensure_ascii=False)
     print(text)

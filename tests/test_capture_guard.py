@@ -442,8 +442,12 @@ def test_chat_refuses_to_store_and_does_not_answer(vault: MemoryVault, tenant: s
     no_secret_in(r.text)
     after = counts(vault, tenant)
     assert after["memories"] == before["memories"] and after["pii_values"] == before["pii_values"]
-    # DO_NOT_STORE stores nothing, so nothing to guard: it is answered
-    res = vault.chat(f"DO_NOT_STORE: is {SSN} an SSN?", scope="s", principal=who)
+    # DO_NOT_STORE stores nothing, but the message would reach the model: refused too
+    # (issue 20); without the secret it is answered
+    with pytest.raises(Refused):
+        vault.chat(f"DO_NOT_STORE: is {SSN} an SSN?", scope="s", principal=who)
+    res = vault.chat("DO_NOT_STORE: where does the staging database live?", scope="s",
+                     principal=who)
     assert res.stored is None and counts(vault, tenant)["memories"] == before["memories"]
 
 
@@ -757,3 +761,52 @@ def test_ids_with_dots_for_their_separators() -> None:
     for text in ("ref 536.90-4399", "NIE X.1234567-L", "Aadhaar 2345.6789 0124",
                  "version 536.90.4399.1"):  # mixed separators, or part of a longer number
         assert GovernmentIdDetector().scan({"c": text}) == [], text
+
+
+# -- look-alike digits and space-split keys (issue 20) -------------------------------------
+def _digits(text: str, zero: int) -> str:
+    """``text`` with its ASCII digits written in the script whose zero is ``zero``."""
+    return "".join(chr(zero + int(c)) if c.isdigit() else c for c in text)
+
+
+@pytest.mark.parametrize("zero", [0x660, 0x6F0, 0x966, 0x9E6, 0xE50, 0xFF10, 0x1D7CE])
+def test_digits_of_other_scripts_are_read_as_digits(zero: int, vault: MemoryVault,
+                                                    tenant: str) -> None:
+    """Arabic-Indic, Extended Arabic-Indic, Devanagari, Bengali, Thai, fullwidth and
+    mathematical digits in a national id are the same number."""
+    who = vault.principal(tenant)
+    for text in (f"my SSN is {_digits(SSN, zero)}", f"CPF {_digits('390.533.447-05', zero)}"):
+        with pytest.raises(Refused) as info:
+            vault.remember(text, scope="s", principal=who)
+        assert info.value.details["detector"] == "government_ids"
+        found = info.value.details["findings"][0]
+        assert text[found["start"]:found["end"]].replace(".", "").replace("-", "")
+    assert counts(vault, tenant)["memories"] == 0
+
+
+@pytest.mark.parametrize("split", [
+    "AKIA QX7Z R2LK VE3M B5TW", "AKIA\tQX7Z\tR2LK\tVE3M\tB5TW", "AKIAQX7Z R2LKVE3M B5TW",
+    "AKIAQX7ZR2LK VE3M B5TW",
+])
+def test_a_key_split_by_spaces_is_refused(split: str, vault: MemoryVault,
+                                          tenant: str) -> None:
+    who = vault.principal(tenant)
+    text = f"the deploy key is {split} - keep it safe"
+    with pytest.raises(Refused) as info:
+        vault.remember(text, scope="s", principal=who)
+    found = info.value.details["findings"][0]
+    assert found["kind"] == "aws_access_key"
+    assert text[found["start"]:found["end"]] == split  # offsets of the original text
+    no_secret_in(info.value.message)
+    assert counts(vault, tenant)["memories"] == 0
+
+
+@pytest.mark.parametrize("text", [
+    "I LOVE NEW YORK and THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG every day",
+    "Meet at 10 AM on 2024 05 06 in room B12 C14 with the Q3 OKR doc",
+    "Order IDs A1 B2 C3 D4 E5 F6 G7 H8 shipped; card ending 4242 4242",
+])
+def test_spaced_capitals_and_numbers_are_not_a_key(text: str, vault: MemoryVault,
+                                                   configure: Callable[..., None]) -> None:
+    configure(block_at_severity="Low")
+    capture.check_capture(vault.rt, path="remember", fields={"content": text})

@@ -657,3 +657,23 @@ def test_cli_chat(data_dir: Path, vault: MemoryVault, tenant: str) -> None:
     assert res.exit_code == 0 and res.stdout.rstrip().endswith(NOTHING_STORED)
     res = runner.invoke(cli_app, [*base, "FORGET: the cat", "--scope", "maya"])
     assert res.exit_code == 5 and "FORGET_CONFIRM:" in res.stdout
+
+
+def test_a_do_not_store_message_with_a_secret_is_refused_before_the_model(
+        vault: MemoryVault, tenant: str) -> None:
+    """DO_NOT_STORE stores nothing, but its message would reach the model: the capture
+    guard reads it all the same (issue 20)."""
+    from mnemovault.errors import Refused
+
+    _seed(vault, tenant)
+    who = vault.principal(tenant)
+    before = _count(vault, tenant, "memories")
+    with pytest.raises(Refused) as info:
+        vault.chat("DO_NOT_STORE: my AWS key is AKIAQX7ZR2LKVE3MB5TW, is it valid?",
+                   scope="maya", principal=who)
+    assert info.value.details["kind"] == "aws_access_key"
+    assert "AKIAQX7ZR2LKVE3MB5TW" not in info.value.message
+    assert _count(vault, tenant, "memories") == before
+    res = vault.chat("DO_NOT_STORE: which instrument does Maya play?", scope="maya",
+                     principal=who)
+    assert res.stored is None  # a clean DO_NOT_STORE still answers

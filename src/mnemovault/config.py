@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import platformdirs
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -193,6 +193,31 @@ class Settings(BaseSettings):
         default_factory=lambda: ["secrets", "government_ids"])
     capture_detector_timeout_ms: float = Field(default=500.0, gt=0)
     capture_hook: str | None = None
+    # injection sanitiser (SPEC section 7; mnemovault.guard.sanitise): its detectors, in
+    # order ("learned": the classifier of mnemovault.guard.learned; "heuristic": the phrase
+    # rules), and the learned detector's decision threshold, a probability strictly between
+    # 0 and 1 (a window scoring at or above it is flagged; lower flags more). Default: the
+    # threshold chosen on the development collections (bench/train_injection.py)
+    injection_detectors: list[str] = Field(default_factory=lambda: ["learned", "heuristic"])
+    injection_threshold: float = 0.96
+
+    @field_validator("injection_threshold")
+    @classmethod
+    def _threshold(cls, v: float) -> float:
+        if not 0.0 < v < 1.0:
+            raise ValueError("MNEMOVAULT_INJECTION_THRESHOLD must be a probability strictly "
+                             f"between 0 and 1 (got {v})")
+        return v
+
+    @field_validator("injection_detectors")
+    @classmethod
+    def _detectors(cls, v: list[str]) -> list[str]:
+        names = [n.strip().lower() for n in v if n.strip()]
+        unknown = [n for n in names if n not in ("learned", "heuristic")]
+        if unknown or not names:
+            raise ValueError("MNEMOVAULT_INJECTION_DETECTORS must list one or more of "
+                             f"learned, heuristic (got {v})")
+        return names
 
     # the edge (issue 22; mnemovault.api.edge): request body limits in bytes, per route
     # class, enforced while the body is read (Content-Length up front, then the chunks)

@@ -99,8 +99,10 @@ def open_stream(rt: Runtime, req: ChatRequest, who: Principal,
     note = None if store else commands.NOTHING_STORED
     if store:
         who.require("memory:write")
-        # the capture guard before any answer (the stored exchange passes it again, with
-        # the answer, in the write path): a refused message gets no reply
+    # the capture guard before any answer (the stored exchange passes it again, with the
+    # answer, in the write path): a refused message gets no reply. A DO_NOT_STORE message
+    # is guarded too: nothing is stored, but it would reach the model
+    if text:
         capture.check_capture(rt, path="chat", fields={"content": text}, tenant=who.tenant,
                               request_id=request_id)
     # the history reaches the model (stored or not): no secret leaves through it

@@ -207,15 +207,17 @@ from (to check and map back the offsets of its findings)."""
 
 def _scans(texts: Sequence[Mapping[str, str]]) -> list[Scan]:
     """The calls each detector gets: per item, its fields' first views; then, for an item
-    with a field whose joined view differs, those fields' joined views."""
+    with fields that have more views (line breaks inside a token joined, a space-split key
+    unsplit), each of those fields' further views, one call per view."""
     out: list[Scan] = []
     for fields in texts:
         by_field = {k: views(v) for k, v in fields.items()}
         out.append(({k: vs[0].text for k, vs in by_field.items()},
                     {k: vs[0] for k, vs in by_field.items()}))
-        joined = {k: vs[1] for k, vs in by_field.items() if len(vs) > 1}
-        if joined:
-            out.append(({k: v.text for k, v in joined.items()}, joined))
+        for n in range(1, max((len(vs) for vs in by_field.values()), default=1)):
+            more = {k: vs[n] for k, vs in by_field.items() if len(vs) > n}
+            if more:
+                out.append(({k: v.text for k, v in more.items()}, more))
     return out
 
 

@@ -21,7 +21,12 @@ its findings back) and the sanitiser's (its folding below starts from it). It ke
   (``AKIAQX7Z⏎R2LKVE3MB5TW``; the next line's indentation goes with it), a second view
   joins it up. A break after a space, or a blank line, is a word or paragraph boundary
   and stays. Detectors read both views (the first keeps every line boundary a
-  keyword-near-number rule relies on), so joining can only add findings.
+  keyword-near-number rule relies on), so joining can only add findings;
+* **keys split by spaces** (``AKIA QX7Z R2LK VE3M B5TW``): a third view drops the spaces
+  inside a run of three or more chunks that each have a digit, a capital or ``_`` (16
+  characters or more joined; :func:`views`);
+* **digits of other scripts** (Arabic-Indic ``٥٣٦``, Devanagari, ... any Unicode decimal
+  digit) read as ASCII digits (fullwidth and mathematical digits are NFKD's already);
 
 Every view carries a map from its characters back to the original offsets
 (:meth:`View.origin`), computed only when a finding asks for it; an ASCII text without
@@ -108,6 +113,8 @@ def _canon_char(ch: str) -> str:
     if 0xE0020 <= cp <= 0xE007E:  # tag characters: invisible ASCII
         return chr(cp - 0xE0000)
     category = unicodedata.category(ch)
+    if category == "Nd":  # a decimal digit of any script (Arabic-Indic, Devanagari, ...)
+        return str(unicodedata.decimal(ch))
     if category in ("Zl", "Zp") or ch in _BREAKS:
         return "\n"
     if category == "Zs":
@@ -208,21 +215,68 @@ def canonical(text: str) -> str:
     return text.translate(CANON_TABLE)
 
 
+_RUN_RE = re.compile(r"\S+(?:[ \t]\S+)+")
+_CHUNK_RE = re.compile(r"[A-Za-z0-9_-]{2,12}")
+MIN_UNSPLIT = 16
+"""The shortest run of space-split chunks the unsplit view joins (characters, joined)."""
+
+
+def _chunk(tok: str) -> bool:
+    """A piece of a key split by spaces: 2-12 of ``A-Z a-z 0-9 _ -`` with a digit, a capital
+    or an underscore (a lower-case word is prose)."""
+    return bool(_CHUNK_RE.fullmatch(tok)) and any(c.isdigit() or c.isupper() or c == "_"
+                                                  for c in tok)
+
+
+def _unsplit(m: re.Match[str]) -> str:
+    """Runs of three or more :func:`_chunk` tokens separated by single spaces or tabs, at
+    least :data:`MIN_UNSPLIT` characters joined, with the separators dropped."""
+    parts = re.split(r"([ \t])", m.group())
+    toks, seps = parts[0::2], parts[1::2]
+    out: list[str] = []
+    i = 0
+    while i < len(toks):
+        j = i
+        while j + 1 < len(toks) and _chunk(toks[j]) and _chunk(toks[j + 1]):
+            j += 1
+        if j - i >= 2 and sum(map(len, toks[i:j + 1])) >= MIN_UNSPLIT:
+            out.append("".join(toks[i:j + 1]))
+        else:
+            j = i
+            out.append(toks[i])
+        if j < len(seps):
+            out.append(seps[j])
+        i = j + 1
+    return "".join(out)
+
+
 def views(text: str) -> tuple[View, ...]:
-    """The shared views of ``text`` (module docstring): the normalised text, and, when a
-    line break sits inside a token, the same with such breaks joined. Detectors read every
-    view; a finding in any one counts."""
+    """The shared views of ``text`` (module docstring): the normalised text; when a line
+    break sits inside a token, the same with such breaks joined; when a key looks split
+    by spaces (three or more chunks with a digit, a capital or ``_`` each, 16 characters
+    or more joined: ``AKIA QX7Z R2LK VE3M B5TW``), the same with those spaces dropped.
+    Detectors read every view; a finding in any one counts."""
     first_text = canonical(text)
     first = View(text, first_text, None if first_text is text else
                  lambda: _canon_offsets(text))
-    if "\n" not in first_text or not _BREAK_RE.search(first_text):
-        return (first,)
+    out = [first]
+    if "\n" in first_text and _BREAK_RE.search(first_text):
 
-    def joined_offsets() -> list[int]:
-        base = first.offsets or list(range(len(text)))
-        return _sub_tracked(_BREAK_RE, _empty, first_text, base)[1]
+        def joined_offsets() -> list[int]:
+            base = first.offsets or list(range(len(text)))
+            return _sub_tracked(_BREAK_RE, _empty, first_text, base)[1]
 
-    return first, View(text, _BREAK_RE.sub("", first_text), joined_offsets)
+        out.append(View(text, _BREAK_RE.sub("", first_text), joined_offsets))
+    if " " in first_text or "\t" in first_text:
+        unsplit = _RUN_RE.sub(_unsplit, first_text)
+        if unsplit != first_text:
+
+            def unsplit_offsets() -> list[int]:
+                base = first.offsets or list(range(len(text)))
+                return _sub_tracked(_RUN_RE, _unsplit, first_text, base)[1]
+
+            out.append(View(text, unsplit, unsplit_offsets))
+    return tuple(out)
 
 LEET: dict[str, str] = {"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "8": "b",
                         "9": "g", "@": "a", "$": "s", "!": "i", "|": "i", "+": "t"}

@@ -1,16 +1,16 @@
 """Injection sanitiser for imported and tool-supplied text (SPEC section 7; step 3 of the write
 path, before pseudonymisation).
 
-**It is a heuristic, not a guarantee.** It looks for phrasing that tries to steer a model that
-later reads the text: instructions to ignore previous instructions, references to the system
-prompt, references to a developer message, demands to reveal chain of thought, and directives
-that rewrite the reader's answer ("encode your response in Base64", "add this link to your
-reply"). It reads through case, extra spacing, letter spacing, homoglyphs, zero-width
-characters, leetspeak and a dozen translations of "ignore the previous instructions"
-(:mod:`mnemovault.guard.normalise`, :mod:`mnemovault.guard.patterns`). A paraphrase it has no
-pattern for, an instruction that reads like ordinary text ("What is the capital of Brazil?"),
-or a language it does not know passes unflagged; retrieved records are fenced (SPEC section 5)
-whatever this step finds.
+**It is a heuristic, not a guarantee.** The phrase rules look for phrasing that tries to
+steer a model that later reads the text: instructions to ignore previous instructions,
+references to the system prompt, references to a developer message, demands to reveal chain
+of thought, and directives that rewrite the reader's answer ("encode your response in
+Base64", "add this link to your reply"). It reads through case, extra spacing, letter
+spacing, homoglyphs, zero-width characters, leetspeak and a dozen translations of "ignore
+the previous instructions" (:mod:`mnemovault.guard.normalise`,
+:mod:`mnemovault.guard.patterns`). A paraphrase it has no pattern for, an instruction that
+reads like ordinary text ("What is the capital of Brazil?"), or a language it does not know
+passes unflagged; retrieved records are fenced (SPEC section 5) whatever this step finds.
 
 **What is sanitised** (:func:`should_sanitise`, :func:`tool_supplied`): an item whose write
 came with ``trigger`` ``"import"`` (the CLI ``import`` and ``demo``), ``"tool"`` or ``"mcp"``
@@ -47,6 +47,12 @@ separated in :data:`FAMILIES` order (``"ignore_instructions,system_prompt"``). T
 reserved: a caller-supplied value is dropped on every write, so the key means exactly "the
 sanitiser flagged this" and ``provenance->>'injection_flags' IS NOT NULL`` finds them all.
 
+**The detectors** (``MNEMOVAULT_INJECTION_DETECTORS``, :func:`default_sanitiser`): by
+default the learned classifier (:class:`mnemovault.guard.learned.LearnedDetector`, family
+``learned_injection``, its threshold ``MNEMOVAULT_INJECTION_THRESHOLD``) and then the
+phrase rules (:class:`HeuristicDetector`); a text either flags is redacted and labelled the
+same way, so the label, ``mnemovault flagged`` and the fenced recall treat both alike.
+
 **Plugging in a classifier**: anything with ``name`` and ``detect(text) -> list[Hit]``
 (:class:`Detector`) can join the heuristic: ``Sanitiser([HeuristicDetector(), Classifier()])``.
 A whole-text verdict is one hit spanning the text. It fails closed like the capture guard: a
@@ -67,6 +73,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from mnemovault.errors import Unavailable, ValidationError
 from mnemovault.guard import patterns
+from mnemovault.guard.hit import Hit
 from mnemovault.guard.normalise import canonical, fold, fold_with_offsets
 from mnemovault.models import MAX_CONTENT_CHARS, MAX_TAG_CHARS, MemoryInput
 from mnemovault.validation import MAX_NAME_CHARS, validation_error_from_pydantic
@@ -106,15 +113,6 @@ MAX_AFTER = 600
 _PROVENANCE_NAMES = {"source": MAX_NAME_CHARS, "agent": MAX_NAME_CHARS,
                      "run_id": MAX_NAME_CHARS, "source_id": MAX_NAME_CHARS}
 _MAX_EXTRA_VALUE = 1000
-
-
-@dataclass(frozen=True, order=True)
-class Hit:
-    """One detection: ``text[start:end]`` looks like ``family``."""
-
-    start: int
-    end: int
-    family: str
 
 
 class Detector(Protocol):
@@ -305,6 +303,8 @@ class Sanitiser:
             name = str(getattr(d, "name", type(d).__name__))
             try:
                 answer = d.detect(text)
+            except Unavailable:
+                raise  # the detector said it cannot answer, naming itself (fail closed)
             except Exception as exc:
                 raise Unavailable(f"injection sanitiser: detector {name!r} failed "
                                   f"({type(exc).__name__}); nothing was stored (fail closed)",
@@ -373,10 +373,38 @@ class Sanitiser:
 
 
 @functools.cache
-def default_sanitiser() -> Sanitiser:
-    """The sanitiser the write path uses: the heuristic detector alone (built on first use:
-    compiling its patterns takes a few tens of milliseconds)."""
-    return Sanitiser()
+def sanitiser_for(detectors: tuple[str, ...] = ("learned", "heuristic"),
+                  threshold: float | None = None) -> Sanitiser:
+    """A sanitiser of the named detectors, in order: ``learned``
+    (:class:`mnemovault.guard.learned.LearnedDetector` at ``threshold``; None: its default)
+    and ``heuristic`` (:class:`HeuristicDetector`). Built once per combination.
+
+    Raises:
+        ValueError: an unknown detector name or a threshold outside (0, 1).
+    """
+    from mnemovault.guard.learned import DEFAULT_THRESHOLD, LearnedDetector
+
+    built: list[Detector] = []
+    for name in detectors:
+        if name == "learned":
+            built.append(LearnedDetector(DEFAULT_THRESHOLD if threshold is None else threshold))
+        elif name == "heuristic":
+            built.append(HeuristicDetector())
+        else:
+            raise ValueError(f"unknown injection detector {name!r} (learned, heuristic)")
+    return Sanitiser(built)
+
+
+def default_sanitiser(settings: Any = None) -> Sanitiser:
+    """The sanitiser the write path uses: ``MNEMOVAULT_INJECTION_DETECTORS`` (default the
+    learned detector, then the phrase rules) at ``MNEMOVAULT_INJECTION_THRESHOLD``, read
+    from ``settings`` (a :class:`mnemovault.config.Settings`; None: the environment)."""
+    if settings is None:
+        from mnemovault.config import get_settings
+
+        settings = get_settings()
+    return sanitiser_for(tuple(settings.injection_detectors),
+                         float(settings.injection_threshold))
 
 
 def tool_source(source: str | None) -> bool:

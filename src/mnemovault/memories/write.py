@@ -156,7 +156,7 @@ def remember_many(rt: Runtime, who: Principal,
         if who.subject is not None and item.subject is None:
             inputs[n] = item.model_copy(update={"subject": who.subject})
     guard(rt, inputs, who, trigger, request_id)
-    inputs = sanitise(inputs, trigger)
+    inputs = sanitise(inputs, trigger, rt.settings)
     ahead = embed_ahead(rt, inputs, who)  # no transaction open, no lock held
     try:
         with rt.db.transaction(who.tenant) as conn:
@@ -207,10 +207,13 @@ def _guarded_fields(item: MemoryInput) -> dict[str, str | None]:
             **{f"provenance.{k}": v for k, v in prov.items() if isinstance(v, str)}}
 
 
-def sanitise(items: list[MemoryInput], trigger: str = "remember") -> list[MemoryInput]:
+def sanitise(items: list[MemoryInput], trigger: str = "remember",
+             settings: Any = None) -> list[MemoryInput]:
     """Step 3, injection sanitiser (SPEC section 7), before pseudonymisation: items written
     with ``trigger`` import, tool or mcp, or whose ``provenance.source`` marks them as tool
-    output, have each potential prompt injection replaced by
+    output, have each potential prompt injection (found by the detectors
+    ``MNEMOVAULT_INJECTION_DETECTORS`` of ``settings``: the learned classifier and the phrase
+    rules by default) replaced by
     ``[REDACTED_POTENTIAL_PROMPT_INJECTION]`` and the families found in
     ``provenance["injection_flags"]``; the caller's own words (remember, chat) are stored as
     written. The rule, the label and the detector: :mod:`mnemovault.guard.sanitise`.
@@ -218,7 +221,7 @@ def sanitise(items: list[MemoryInput], trigger: str = "remember") -> list[Memory
     Raises:
         ValidationError: a redacted item no longer fits its limits (names the item).
     """
-    return injection.sanitise_items(items, trigger)
+    return injection.sanitise_items(items, trigger, injection.default_sanitiser(settings))
 
 
 def pseudonymise(rt: Runtime, conn: Conn, items: list[MemoryInput],

@@ -172,8 +172,8 @@ def _guard(rt: Runtime, who: Principal, path: str, request_id: str | None,
                                 request_id=request_id)
 
 
-def _sanitised(trigger: str, name: str, intent: str | None, s: Steps, prov: Provenance
-               ) -> tuple[str, str | None, Steps, Provenance]:
+def _sanitised(rt: Runtime, trigger: str, name: str, intent: str | None, s: Steps,
+               prov: Provenance) -> tuple[str, str | None, Steps, Provenance]:
     """Name, intent, steps and provenance through the injection sanitiser when they come
     from a tool (module docstring); the sanitiser's label is dropped from a caller's
     provenance either way."""
@@ -195,7 +195,8 @@ def _sanitised(trigger: str, name: str, intent: str | None, s: Steps, prov: Prov
         if k != "tags" and isinstance(v, str):
             texts[f"provenance.{k}"] = v
             limits[f"provenance.{k}"] = MAX_NAME_CHARS if k in Provenance.model_fields else 1000
-    out, families = injection.sanitise_texts(texts, limits)
+    out, families = injection.sanitise_texts(texts, limits,
+                                             injection.default_sanitiser(rt.settings))
     for i, node in enumerate(d["nodes"]):
         if node.get("name") is not None:
             node["name"] = out[f"nodes.{i}"]
@@ -289,7 +290,7 @@ def capture(rt: Runtime, who: Principal, item: ProcedureInput | dict[str, Any], 
     _guard(rt, who, "procedure", request_id,
            _capture_fields(p.question, name, intent, p.steps, p.provenance,
                            scope=p.scope, subject=subject))
-    name, s_int, p_steps, p_prov = _sanitised(trigger, name, intent, p.steps, p.provenance)
+    name, s_int, p_steps, p_prov = _sanitised(rt, trigger, name, intent, p.steps, p.provenance)
     intent = s_int or intent
     p = p.model_copy(update={"steps": p_steps, "provenance": p_prov})
     status = capture_guard.initial_status(rt)
@@ -345,7 +346,7 @@ def new_version(rt: Runtime, who: Principal, parent_id: uuid.UUID | str,
     name = v.name or steps_mod.default_name(v.steps)
     _guard(rt, who, "procedure", request_id,
            _capture_fields(v.question, name, v.intent, v.steps, v.provenance))
-    name, v_intent, v_steps, v_prov = _sanitised(trigger, name, v.intent, v.steps,
+    name, v_intent, v_steps, v_prov = _sanitised(rt, trigger, name, v.intent, v.steps,
                                                  v.provenance)
     v = v.model_copy(update={"intent": v_intent, "steps": v_steps, "provenance": v_prov})
     status = capture_guard.initial_status(rt)

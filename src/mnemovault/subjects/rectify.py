@@ -126,7 +126,8 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
                            "that one first (a key waits on one pending version), or "
                            "rectify the pending one", field="id")
         # imported or tool text stays labelled and sanitised (mnemovault.guard.sanitise)
-        content, flags = injection.sanitise_rectified(content, locked["provenance"], trigger)
+        content, flags = injection.sanitise_rectified(
+            content, locked["provenance"], trigger, injection.default_sanitiser(rt.settings))
         created: list[str] = []
         used: list[str] = []
         text = content
