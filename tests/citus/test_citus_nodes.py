@@ -130,6 +130,29 @@ def test_a_worker_without_the_key_that_cannot_be_repaired_names_the_fix(
     assert vault.recall("anything", scope="s", principal=who) == []
 
 
+# -- the tenant purge commits on one node at a time ---------------------------------------
+def test_the_purge_of_a_tenant_on_another_worker_than_the_system_tenant_uses_no_2pc(
+        vault: MemoryVault) -> None:
+    from mnemovault.store.tenants import SYSTEM_TENANT
+
+    url = vault.db.url
+    vault.ensure_tenant(SYSTEM_TENANT)
+    system_port = _port_of(url, SYSTEM_TENANT)
+    t = next(c for c in (f"p{uuid.uuid4().hex[:8]}" for _ in range(200))
+             if _port_of(url, c) != system_port)
+    vault.ensure_tenant(t)
+    vault.remember(f"a note of tenant {t} (bob@example.org)", scope="s",
+                   principal=vault.principal(t))
+    assert _rows_on_every_node(url, t)
+    now = datetime.now(UTC)
+    vault.tenants.delete(t, confirm=f"DELETE-{t}", now=now)
+    before = _prepared(url, recover=True)
+    res = vault.tenants.purge_expired(now=now + timedelta(days=31))
+    assert t in [p["tenant"] for p in res["purged"]] and not res["errors"], res
+    assert _prepared(url) == before, "the purge used two-phase commit"
+    assert _rows_on_every_node(url, t) == {}
+
+
 # -- rebalancing under load --------------------------------------------------------------
 class Load:
     """Threads writing and recalling for ``tenants`` (each memory names its tenant) until
