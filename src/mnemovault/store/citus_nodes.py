@@ -394,6 +394,17 @@ def remove_node(url: str, host: str, port: int, *, mode: str = "auto",
         if left and left[0]:
             raise Unavailable(f"citus: {left[0]} shard placements are still on {host}:{port} "
                               "after the drain; nothing removed")
+        # the moved shards' old copies are dropped later by Citus, but only while the node
+        # is in the cluster: drop them now, or they are left behind on the node (and a
+        # later add-node of it fails on "orphaned shard ... could not be cleaned up")
+        _step(coord, f"dropping the moved shards' old copies on {host}:{port}",
+              "CALL citus_cleanup_orphaned_resources()")
+        orphans = coord.execute("SELECT count(*) FROM pg_dist_cleanup WHERE node_group_id = %s",
+                                (group,)).fetchone()
+        if orphans and orphans[0]:
+            raise Unavailable(f"citus: {orphans[0]} old shard copies on {host}:{port} could not "
+                              "be dropped yet (a query still uses them?): run remove-node "
+                              "again; nothing removed")
         _step(coord, f"removing {host}:{port} from the cluster",
               "SELECT citus_remove_node(%s, %s)", (host, port))
     return {"node_id": node_id, "host": host, "port": port, "job_id": job, "moved": moved,
