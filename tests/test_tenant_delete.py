@@ -377,3 +377,51 @@ def test_a_purge_killed_after_its_commit_is_finished_by_the_next_run(
         system_mirror.read_text()
     assert lifecycle.finish_purges(vault.rt) == []  # once only
     assert len([e for e in ledger_mod.purges(vault.rt) if e["tenant"] == tenant]) == 1
+
+
+@pytest.mark.parametrize("stop", ["before_the_system_row", "before_the_last_step"])
+def test_a_purge_stopped_between_its_steps_is_resumed_by_the_next_run(
+        vault: MemoryVault, tenant: str, monkeypatch: pytest.MonkeyPatch, stop: str) -> None:
+    """Issue 26: the purge commits on the tenant's node, then the system row on the system
+    tenant's, then the rest (no two-phase commit under Citus); a run stopped after the
+    first or the second commit is finished by the next run, from the details recorded on
+    the tenant's shard: one system row, with the first count, and 0 rows of the tenant."""
+    from mnemovault.store import tenants as store
+    from mnemovault.tenants import lifecycle
+
+    _populate(vault, tenant)
+    before = _counts(vault, tenant)
+    t0 = datetime.now(UTC)
+    vault.tenants.delete(tenant, confirm=f"DELETE-{tenant}", now=t0)
+    if stop == "before_the_system_row":
+        def die(*args: Any, **kwargs: Any) -> int:
+            raise _Killed
+        monkeypatch.setattr(lifecycle.audit, "append", die)
+    else:
+        real, calls = store.tenant_tables, []
+
+        def tables(conn: Any) -> list[str]:
+            calls.append(1)
+            if len(calls) == 2:  # the third step's
+                raise _Killed
+            return real(conn)
+        monkeypatch.setattr(store, "tenant_tables", tables)
+    with pytest.raises(_Killed):
+        vault.tenants.purge_expired(now=t0 + 31 * DAY)
+    monkeypatch.undo()
+    mid = _counts(vault, tenant)
+    assert mid["memories"] == 0 and mid["tenants"] == 1 and mid["outbox"] == 1, mid
+    assert len(_system_rows(vault, tenant)) == (0 if stop == "before_the_system_row" else 1)
+    assert vault.tenants.status(tenant)["deleted"] is True  # its keys stay refused
+
+    result = vault.tenants.purge_expired(now=t0 + 32 * DAY)
+    (mine,) = [p for p in result["purged"] if p["tenant"] == tenant]
+    after = _counts(vault, tenant)
+    assert after == dict.fromkeys(after, 0), {t: n for t, n in after.items() if n}
+    (row,) = _system_rows(vault, tenant)
+    assert row["seq"] == mine["audit_seq"]
+    assert row["details"]["counts"]["memories"] == before["memories"]
+    assert row["details"]["counts"]["tenants"] == 1
+    again = vault.tenants.purge_expired(now=t0 + 40 * DAY)
+    assert tenant not in [p["tenant"] for p in again["purged"]]
+    assert len(_system_rows(vault, tenant)) == 1

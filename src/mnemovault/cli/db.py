@@ -1,5 +1,6 @@
 """``mnemovault db``: database administration (``db upgrade``, ``db info``,
-``db reindex-terms``)."""
+``db reindex-terms``, ``db seal``, and on Citus ``db add-node`` / ``db remove-node`` /
+``db rebalance-status``)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from mnemovault.cli._common import (
     err,
     out,
 )
-from mnemovault.errors import MnemoError
+from mnemovault.errors import ConfigError, MnemoError
 
 db_app = typer.Typer(help="Database administration.", no_args_is_help=True)
 
@@ -93,6 +94,120 @@ def db_info(ctx: typer.Context,
     for t in info["local"]:
         tables.add_row(t, "local (coordinator)", "", "")
     out.print(tables)
+
+
+_MODE_HELP = ("how shards move: auto (logical replication; needs wal_level = logical), "
+              "force_logical, or block_writes (writes to a moving shard wait)")
+
+
+def _owner_url(ctx: typer.Context) -> tuple[str, str]:
+    from mnemovault.store.db import Database
+
+    settings = _state(ctx).settings
+    if not settings.database_url:
+        raise ConfigError("DATABASE_URL: nodes are a Citus cluster's; set DATABASE_URL to "
+                          "the coordinator (as a superuser for add-node/remove-node)")
+    db = Database.from_settings(settings)
+    return db.url, db.app_role
+
+
+def _progress(as_json: bool) -> Any:
+    def show(status: dict[str, Any]) -> None:
+        if as_json:
+            return
+        tasks = ", ".join(f"{n} {s}" for s, n in sorted(status["tasks"].items()))
+        err.print(f"rebalance job {status['job_id']}: {status['state']} ({tasks})",
+                  highlight=False)
+        for e in status["errors"]:
+            err.print(f"  retrying after: {e}", highlight=False, soft_wrap=True)
+    return show
+
+
+@db_app.command("add-node")
+def db_add_node(
+        ctx: typer.Context, host: str, port: int,
+        node_url: Annotated[str | None, typer.Option(
+            "--node-url", help="connect to the node with this URL to prepare it (default: "
+            "DATABASE_URL with the node's host and port)")] = None,
+        rebalance: Annotated[bool, typer.Option(
+            "--rebalance/--no-rebalance", help="start moving shards to the node")] = True,
+        wait: Annotated[bool, typer.Option(
+            "--wait/--no-wait", help="wait for the rebalance, showing its progress")] = False,
+        mode: Annotated[str, typer.Option("--mode", help=_MODE_HELP)] = "auto",
+        as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Add a Citus worker: prepare it (extensions, roles, the schema's owner and grants,
+    the tenant signing key), add it (citus_add_node), check every worker, and start the
+    rebalance (a background job; --wait follows it to the end)."""
+    from mnemovault.store import citus_nodes
+
+    try:
+        url, app_role = _owner_url(ctx)
+        res = citus_nodes.add_node(url, host, port, app_role, node=node_url,
+                                   rebalance=rebalance, mode=mode)
+        if wait and res["job_id"] is not None:
+            res["rebalance"] = citus_nodes.wait_rebalance(url, res["job_id"],
+                                                          progress=_progress(as_json))
+    except MnemoError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _emit_json(res)
+        return
+    out.print(f"node {res['node_id']} {host}:{port} "
+              f"{'added' if res['added'] else 'already in the cluster'}; prepared: "
+              f"{', '.join(res['prepared']) or 'nothing to do'}", highlight=False)
+    if res["job_id"] is None:
+        out.print("no rebalance started" + ("" if not rebalance else " (nothing to move)"))
+    elif "rebalance" in res:
+        out.print(f"rebalance job {res['job_id']} finished: "
+                  f"{res['rebalance']['tasks'].get('done', 0)} tasks", highlight=False)
+    else:
+        out.print(f"rebalance job {res['job_id']} started ({mode}); follow it with "
+                  f"`mnemovault db rebalance-status {res['job_id']}`", highlight=False)
+
+
+@db_app.command("remove-node")
+def db_remove_node(
+        ctx: typer.Context, host: str, port: int,
+        mode: Annotated[str, typer.Option("--mode", help=_MODE_HELP)] = "auto",
+        as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Remove a Citus worker: no new shards there, move its shards to the other workers
+    (waits, showing progress), then citus_remove_node."""
+    from mnemovault.store import citus_nodes
+
+    try:
+        url, _ = _owner_url(ctx)
+        res = citus_nodes.remove_node(url, host, port, mode=mode,
+                                      progress=_progress(as_json))
+    except MnemoError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _emit_json(res)
+    else:
+        out.print(f"node {res['node_id']} {host}:{port} drained ({res['moved']} moves) and "
+                  "removed", highlight=False)
+
+
+@db_app.command("rebalance-status")
+def db_rebalance_status(
+        ctx: typer.Context, job_id: int,
+        wait: Annotated[bool, typer.Option("--wait/--no-wait")] = False,
+        as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Show (or --wait for) a rebalance job started by add-node."""
+    from mnemovault.store import citus_nodes
+
+    try:
+        url, _ = _owner_url(ctx)
+        status = (citus_nodes.wait_rebalance(url, job_id, progress=_progress(as_json))
+                  if wait else citus_nodes.rebalance_status(url, job_id))
+    except MnemoError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _emit_json(status)
+    else:
+        _progress(False)(status)
 
 
 def _print_ledger(led: dict[str, Any]) -> None:

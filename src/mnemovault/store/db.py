@@ -88,6 +88,13 @@ def database_error(exc: psycopg.Error) -> MnemoError:
                          "nothing was changed")
 
 
+def _lacks_tenant_key(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` is a worker's "relation mv_tenant_key does not exist" (Citus relays
+    a worker's error with its SQLSTATE)."""
+    return (exc.sqlstate == "42P01"
+            and "mv_tenant_key" in (exc.diag.message_primary or str(exc)))
+
+
 def caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
     """Whether ``exc`` was raised for a driver error of ``kind`` (its ``__cause__``)."""
     return isinstance(exc.__cause__, kind)
@@ -494,6 +501,8 @@ class Database:
                     else:
                         _tenants[conn] = outer_tenant
         except psycopg.Error as exc:
+            if self.citus and _lacks_tenant_key(exc):
+                raise self._repair_tenant_key() from exc
             raise database_error(exc) from exc
         finally:
             _audited.reset(token)
@@ -547,6 +556,27 @@ class Database:
         except Exception:
             log.exception("folding the BM25 statistics' deltas failed (kept unfolded)")
         return folded
+
+    def _repair_tenant_key(self) -> MnemoError:
+        """A worker lacks ``mv_tenant_key`` (a node added by hand, without ``db add-node``):
+        copy the key to every worker now (as the owner) and answer retryable; if that
+        fails, say what fixes it. Either way the transaction was rolled back."""
+        from mnemovault.store import citus_nodes
+
+        try:
+            citus_nodes.repair_tenant_key(self.url, self.app_role)
+        except MnemoError as exc:
+            log.error("citus: a worker has no tenant signing key and copying it failed: %s",
+                      exc.message)
+            return Unavailable(
+                "database: a Citus worker has no tenant signing key (mv_tenant_key) and "
+                "copying it there failed; run `mnemovault db add-node HOST PORT` for that "
+                "node (or `mnemovault db upgrade`); nothing was changed")
+        log.warning("citus: a worker had no tenant signing key (a node added without "
+                    "`mnemovault db add-node`?); copied it to every worker")
+        return Unavailable("database: a Citus worker had no tenant signing key "
+                           "(mv_tenant_key); it has been copied to every worker now: "
+                           "nothing was changed and retrying is safe")
 
     def ping(self) -> None:
         """Run ``SELECT 1`` on an application connection (raises if the database is down)."""

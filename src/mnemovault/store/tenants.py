@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from mnemovault.store.db import owner_connection
 
@@ -392,3 +393,33 @@ def chain_state(conn: Conn, tenant: str) -> dict[str, Any]:
                       "WHERE tenant_id = %s ORDER BY size DESC LIMIT 1", (tenant,)).fetchone()
     return {"seq": int(head["seq"]) if head else 0,
             "head_hash": bytes(head["head_hash"]) if head else None, "checkpoint": cp}
+
+
+# A purge's first step leaves this outbox event on the tenant's own shard (with the
+# ``TENANT_PURGE`` row's details) until its system row is written: what a purge stopped
+# between its steps resumes from (no outbox worker claims this kind).
+PURGE_PENDING = "TENANT_PURGE_PENDING"
+
+
+def pending_purge(conn: Conn, tenant: str) -> dict[str, Any] | None:
+    """The details of the tenant's purge whose first step committed, or None."""
+    row = conn.execute(
+        "SELECT payload FROM outbox WHERE tenant_id = %s AND kind = %s ORDER BY id LIMIT 1",
+        (tenant, PURGE_PENDING)).fetchone()
+    return None if row is None else dict(row["payload"])
+
+
+def mark_purge(conn: Conn, tenant: str, details: dict[str, Any]) -> None:
+    """Record the purge's details on the tenant's shard (:data:`PURGE_PENDING`)."""
+    conn.execute("INSERT INTO outbox (tenant_id, kind, payload) VALUES (%s, %s, %s)",
+                 (tenant, PURGE_PENDING, Jsonb(details)))
+
+
+def system_purge_seq(conn: Conn, purge_id: str) -> int | None:
+    """The seq of the system chain's ``TENANT_PURGE`` row of purge ``purge_id``, if it was
+    written (owner connection; the row body is canonical JSON)."""
+    row = conn.execute(
+        "SELECT seq FROM audit_log WHERE tenant_id = %s AND "
+        "convert_from(row_bytes, 'UTF8') LIKE %s ORDER BY seq LIMIT 1",
+        (SYSTEM_TENANT, f'%"purge_id":"{purge_id}"%')).fetchone()
+    return None if row is None else int(row["seq"])

@@ -20,7 +20,10 @@ hard delete (purge) of tenants whose grace period has ended (SPEC section 10).
   the tenant's row-level security, when a signing key is configured), so the chain's
   final state stays on record in a chain that goes on: whoever holds an older checkpoint
   of it can see that it ended, by a purge, at a signed size and head, rather than being
-  silently truncated. The purge of one tenant and that row commit together. The job runs
+  silently truncated. The purge of one tenant and that row are written in steps that
+  each commit on one node (no two-phase commit under Citus; :func:`_purge_one`), recorded
+  on the tenant's shard so that a run stopped between them is resumed by the next one
+  (the row is never lost nor written twice). The job runs
   on the owner's connection (the application role may not delete audit rows, keys or
   tenants) and holds a PostgreSQL advisory lock for the
   whole run, so two processes never purge at once: the second returns ``ran: False``.
@@ -48,6 +51,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -223,6 +227,9 @@ def finish_purges(rt: Runtime) -> list[str]:
         tenant = str(r["details"]["tenant_id"])
         with rt.db.transaction(tenant) as conn:
             exists = store.lifecycle(conn, tenant) is not None
+            pending = exists and store.pending_purge(conn, tenant) is not None
+        if pending:  # stopped between its steps: the purge loop resumes and finishes it
+            continue
         if not exists:
             _remove_local_copies(rt, tenant)
         if not rt.settings.ledger_file:  # nothing records it: checked again next run
@@ -237,34 +244,64 @@ def finish_purges(rt: Runtime) -> list[str]:
 
 
 def _purge_one(conn: Any, tenant: str, now: datetime) -> dict[str, Any] | None:
-    """One tenant's hard delete and its system audit row, in one transaction; None when
-    the tenant is no longer due (cancelled, or purged by someone else meanwhile)."""
+    """One tenant's hard delete and its system audit row; None when the tenant is no
+    longer due (cancelled, or purged by someone else meanwhile).
+
+    Three transactions, each on one node (under Citus the system tenant's shards are
+    usually on another worker than the tenant's; one transaction over both would be a
+    two-phase commit that needs both workers up):
+
+    1. on the tenant's shards: lock its row, delete every row of it but the ``tenants``
+       row, and leave the details of the ``TENANT_PURGE`` row (with a ``purge_id``) there
+       as a :data:`~mnemovault.store.tenants.PURGE_PENDING` outbox event;
+    2. on the system tenant's shards: append the ``TENANT_PURGE`` row (unless a row of that
+       ``purge_id`` is there already: a resumed purge);
+    3. on the tenant's shards: delete what is left (the event, the ``tenants`` row).
+
+    A run stopped after step 1 or 2 leaves the tenant soft-deleted and expired with its
+    event, so the next run finds it again and resumes from the event (its details, not a
+    recount of the rows already gone): the system row is never lost nor written twice."""
     with conn.transaction():
         row = store.lock_expired(conn, tenant, now)
         if row is None:
             return None
-        chain = store.chain_state(conn, tenant)
-        counts: dict[str, int] = {}
+        details = store.pending_purge(conn, tenant)
+        resumed = details is not None
+        if details is None:
+            chain = store.chain_state(conn, tenant)
+            counts: dict[str, int] = {}
+            for table in store.tenant_tables(conn):
+                n = 1 if table == "tenants" else store.delete_rows(conn, table, tenant)
+                if n:
+                    counts[table] = n
+            store.delete_appended(conn, tenant)  # uncounted: not rows the tenant had
+            cp = chain["checkpoint"]
+            checkpoint = None if cp is None else {
+                "size": int(cp["size"]), "root": bytes(cp["root"]).hex(), "note": cp["note"],
+                "created_at": _iso(cp["created_at"])}
+            details = {"tenant_id": tenant, "purge_id": str(uuid.uuid4()), "counts": counts,
+                       "rows": sum(counts.values()),
+                       "deleted_at": _iso(row["deleted_at"]),
+                       "delete_after": _iso(row["delete_after"]),
+                       "chain": {"seq": chain["seq"],
+                                 "head_hash": (chain["head_hash"].hex()
+                                               if chain["head_hash"] else None),
+                                 "checkpoint": checkpoint}}
+            store.mark_purge(conn, tenant, details)
+    with conn.transaction():
+        seq = store.system_purge_seq(conn, details["purge_id"]) if resumed else None
+        if seq is None:
+            seq = audit.append(conn, tenant=SYSTEM_TENANT, operation="TENANT_PURGE",
+                               actor="system:purge", trigger="schedule", details=details)
+    with conn.transaction():
         for table in store.tenant_tables(conn):
-            n = store.delete_rows(conn, table, tenant)
-            if n:
-                counts[table] = n
+            store.delete_rows(conn, table, tenant)
         store.delete_appended(conn, tenant)
-        cp = chain["checkpoint"]
-        checkpoint = None if cp is None else {
-            "size": int(cp["size"]), "root": bytes(cp["root"]).hex(), "note": cp["note"],
-            "created_at": _iso(cp["created_at"])}
-        details = {"tenant_id": tenant, "counts": counts, "rows": sum(counts.values()),
-                   "deleted_at": _iso(row["deleted_at"]),
-                   "delete_after": _iso(row["delete_after"]),
-                   "chain": {"seq": chain["seq"],
-                             "head_hash": (chain["head_hash"].hex()
-                                           if chain["head_hash"] else None),
-                             "checkpoint": checkpoint}}
-        seq = audit.append(conn, tenant=SYSTEM_TENANT, operation="TENANT_PURGE",
-                           actor="system:purge", trigger="schedule", details=details)
-    return {"tenant": tenant, "counts": counts, "rows": details["rows"], "audit_seq": seq,
-            "checkpoint": checkpoint}
+    if resumed:
+        log.warning("tenant %s: resumed its purge (system audit seq %s) after a run that "
+                    "stopped between its steps", tenant, seq)
+    return {"tenant": tenant, "counts": details["counts"], "rows": details["rows"],
+            "audit_seq": seq, "checkpoint": details["chain"]["checkpoint"]}
 
 
 def _remove_local_copies(rt: Runtime, tenant: str) -> None:
