@@ -306,8 +306,10 @@ def test_a_keyed_memory_with_a_pending_version_is_not_rectified_under_the_gate(
 def test_the_capturer_may_not_approve_its_own_item(vault: MemoryVault, tenant: str,
                                                   gate: Callable[..., None]) -> None:
     writer, writer_id = admin(vault, tenant)
-    held = vault.remember("The tug Ada is out of service.", scope="s", principal=writer,
-                          provenance={"captured_by": "key:someone-else"})
+    with pytest.raises(ValidationError):  # reserved: a writer cannot name the capturer
+        vault.remember("The tug Ada is out of service.", scope="s", principal=writer,
+                       provenance={"captured_by": "key:someone-else"})
+    held = vault.remember("The tug Ada is out of service.", scope="s", principal=writer)
     prov = row_of(vault, tenant, held.id)["provenance"]
     assert prov["captured_by"] == f"key:{writer_id}"  # the server's, not the writer's
     before = len(audit_rows(vault, tenant))

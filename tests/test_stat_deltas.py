@@ -97,7 +97,8 @@ def test_after_a_fold_the_statistics_equal_a_recount(vault: MemoryVault, tenant:
         base = conn.execute("SELECT doc_count FROM lexical_scope_stats WHERE tenant_id = %s "
                             "AND scope = 'f'", (tenant,)).fetchone()
         tf = conn.execute("SELECT max_tf FROM lexical_df WHERE tenant_id = %s AND scope = 'f' "
-                          "AND lexeme = 'kayak'", (tenant,)).fetchone()
+                          "AND lexeme = %s", (tenant, lexical.lx(vault, conn, "kayak"))
+                          ).fetchone()
     assert base is not None and base["doc_count"] == 23
     assert tf is not None and tf["max_tf"] == 4
     # everything forgotten: the fold removes the base rows that reach 0
