@@ -68,7 +68,13 @@ _TERM_KEY_LABEL = b"mnemovault/lexical/term"
 # A letter is what str.isalpha() says (PostgreSQL asks iswalpha in a UTF-8 database).
 _L = r"[^\W\d_]"
 _AN = r"[^\W_]"  # a letter or a digit
-_LABEL = rf"{_AN}+(?:-{_AN}+)*"
+# Atomic and possessive where a run of letters or digits is read: without them a long
+# run (a 100,000-letter "word") backtracks through every split of itself in ``host`` and
+# ``hword`` before ``word`` takes it (quadratic: minutes of CPU for one long memory).
+# What follows a label or a word part (a dot, a hyphen, the end) is never a letter or a
+# digit, so giving characters back could not have let the match succeed: the same tokens.
+_LABEL = rf"(?>{_AN}+(?:-{_AN}+)*)"
+_PART = rf"(?=\d*{_L}){_AN}++"  # a run of letters and digits with a letter in it
 _HOST = rf"{_LABEL}(?:\.{_LABEL})+"
 _PATH_CHARS = r"[A-Za-z0-9_\-./~%+=&?#;:@!$,*']"
 _TOKEN = re.compile(rf"""
@@ -82,7 +88,7 @@ _TOKEN = re.compile(rf"""
 | (?P<version>\d+(?:\.\d+){{2,}}(?![^\W_]))
 | (?P<float>-?\d+\.\d+(?![^\W_]))
 | (?P<host>{_HOST})
-| (?P<hword>{_AN}*{_L}{_AN}*(?:-{_AN}*{_L}{_AN}*)+)
+| (?P<hword>{_PART}(?:-{_PART})+)
 | (?P<int>-\d+(?![^\W_]))
 | (?P<word>{_AN}+)
 """, re.VERBOSE)
