@@ -42,7 +42,7 @@ from mnemovault.vault import MemoryVault
 P = ParamSpec("P")
 R = TypeVar("R")
 
-SECTIONS = ("procedures", "review", "tenants", "subjects")
+SECTIONS = ("lexical", "procedures", "review", "tenants", "subjects")
 """The facade's sections, reached as ``mv.<name>.<method>`` (each method a coroutine)."""
 
 
@@ -125,6 +125,7 @@ class AsyncMemoryVault:
         for name in SECTIONS:
             setattr(self, name, AsyncSection(self, name))
 
+    lexical: AsyncSection
     procedures: AsyncSection
     review: AsyncSection
     tenants: AsyncSection

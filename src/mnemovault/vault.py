@@ -22,6 +22,7 @@ procedures (section)        :mod:`mnemovault.facade.procedures` -> :mod:`mnemova
 review (section)            :mod:`mnemovault.facade.review` -> :mod:`mnemovault.governance.review`
 tenants (section)           :mod:`mnemovault.facade.tenants` -> :mod:`mnemovault.tenants`
 subjects (section)          :mod:`mnemovault.facade.subjects` -> :mod:`mnemovault.subjects`
+lexical (section)           :mod:`mnemovault.facade.lexical` -> :mod:`mnemovault.recall.reindex`
 ==========================  ===============================================================
 
 The capabilities share one :class:`~mnemovault.runtime.Runtime` and keep their SQL in
@@ -44,7 +45,7 @@ from mnemovault.chat import service as chat
 from mnemovault.chat.models import ChatRequest, ChatResult, ChatStream
 from mnemovault.config import Settings
 from mnemovault.embed import Embedder
-from mnemovault.facade import section
+from mnemovault.facade import Closing, section
 from mnemovault.facade.lexical import LexicalSection
 from mnemovault.facade.procedures import ProceduresSection
 from mnemovault.facade.review import ReviewSection
@@ -94,7 +95,7 @@ class _Part(Generic[T]):
         setattr(obj.rt, self.name, value)
 
 
-class MemoryVault:
+class MemoryVault(Closing):
     """Remember, recall, get, list and forget memories, per tenant, under governance.
 
     Open one with :meth:`open` (starts the embedded PostgreSQL unless ``DATABASE_URL`` is
@@ -139,26 +140,14 @@ class MemoryVault:
             ConfigError: the database was built with a different embedder.
             Unavailable: the database could not be started or migrated.
         """
-        settings = settings or Settings()
-        updates: dict[str, Any] = {"data_dir": Path(data_dir)} if data_dir is not None else {}
-        if database_url is not None:
-            updates["database_url"] = database_url
-        if updates:
-            settings = settings.model_copy(update=updates)
+        updates = {k: v for k, v in (("data_dir", None if data_dir is None else Path(data_dir)),
+                                     ("database_url", database_url)) if v is not None}
+        settings = (settings or Settings()).model_copy(update=updates)
         rt = Runtime.open(settings, embedder=embedder, migrate=migrate)
         mv = cls(rt.db, rt.embedder, rt.settings, rt.keyring)
         SubjectsSection.on_start(mv.rt)  # a database behind its erasure ledger: re-erased
         LexicalSection.on_start(mv.rt, run=reindex)  # terms written before 0014: keyed
         return mv
-
-    def close(self) -> None:
-        self.rt.close()
-
-    def __enter__(self) -> MemoryVault:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def principal(self, tenant: str | None = None, role: Role = "owner") -> Principal:
         """A local principal (no API key) for ``tenant`` (default ``settings.tenant``)."""

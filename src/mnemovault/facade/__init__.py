@@ -27,6 +27,22 @@ class Section:
         self._who = who
 
 
+class Closing:
+    """The vault's ``close`` and context manager: its runtime (pool, embedded server, key
+    store) is closed with it."""
+
+    rt: Runtime
+
+    def close(self) -> None:
+        self.rt.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 S = TypeVar("S", bound=Section)
 
 
