@@ -183,6 +183,7 @@ class AsyncMemoryVault:
     recall = _Bridge(MemoryVault.recall)
     get = _Bridge(MemoryVault.get)
     list = _Bridge(MemoryVault.list)
+    stored_source_ids = _Bridge(MemoryVault.stored_source_ids)
     wake = _Bridge(MemoryVault.wake)
     timeline = _Bridge(MemoryVault.timeline)
     forget_preview = _Bridge(MemoryVault.forget_preview)
