@@ -149,7 +149,9 @@ def test_erase_leaves_no_string_of_the_subject_in_any_tenant_table(
                                           "provenance": {"tags": [f"{w.marker}tag"]}},
                                 principal=who)
     before = _rows_text(vault, tenant)
-    assert w.marker in before["memories"]  # the probe finds what is there
+    # the probe finds what is there (memory content is sealed now: the procedure's name
+    # and the run's tags are still stored in clear)
+    assert any(w.marker in text for text in before.values()), sorted(before)
     vault.subjects.erase(w.ada, scope="s", principal=who)
     after = _rows_text(vault, tenant)
     leaks = {t: text.count(w.marker) for t, text in after.items() if w.marker in text}

@@ -451,8 +451,11 @@ def test_chat_refuses_to_store_and_does_not_answer(vault: MemoryVault, tenant: s
     assert res.stored is None and counts(vault, tenant)["memories"] == before["memories"]
 
 
-def test_cli_import_is_refused_and_nothing_is_stored(tmp_path: Path, data_dir: Path,
-                                                     tenant: str, vault: MemoryVault) -> None:
+def test_cli_import_skips_the_refused_record_and_stores_the_rest(
+        tmp_path: Path, data_dir: Path, tenant: str, vault: MemoryVault) -> None:
+    """Issue 28: a record the guard refuses is skipped and named (line and detector, never
+    the text), the others are stored, and the exit status (5) says some were refused
+    (``--all-or-nothing`` keeps the old all-or-nothing import)."""
     from mnemovault.cli import app
 
     f = tmp_path / "chat.jsonl"
@@ -464,7 +467,10 @@ def test_cli_import_is_refused_and_nothing_is_stored(tmp_path: Path, data_dir: P
                                    str(f), "--scope", "harbour"])
     assert res.exit_code == 5, res.output
     assert "secrets" in res.output and "Harbour!2024" not in res.output
-    assert counts(vault, tenant)["memories"] == 0
+    assert counts(vault, tenant)["memories"] == 1
+    with vault.db.transaction(tenant) as conn:
+        assert conn.execute("SELECT count(*) AS n FROM memories WHERE subject_id = 'lena'"
+                            ).fetchone()["n"] == 0
 
 
 def test_mcp_remember_is_refused_as_a_tool_error(vault: MemoryVault, tenant: str) -> None:

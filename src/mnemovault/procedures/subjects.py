@@ -54,9 +54,15 @@ def subject_procedures(conn: Conn, *, scope: str, subject: str,
     return [_jsonable(r) for r in rows]
 
 
+# how a row is sealed (mnemovault.pii.sealing: the row factory has opened it already)
+_SEALING = frozenset({"key_id", "content_sealed", "key_sealed", "erased"})
+
+
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in row.items():
+        if k in _SEALING:
+            continue
         out["subject" if k == "subject_id" else k] = (
             str(v) if isinstance(v, uuid.UUID) else v.isoformat() if hasattr(v, "isoformat")
             else v)
