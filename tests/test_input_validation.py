@@ -84,9 +84,17 @@ def test_out_of_range_filter_times_are_refused(client: TestClient, keys: dict[st
 
 
 def test_retention_is_total_over_old_timestamps(vault: MemoryVault, tenant: str) -> None:
+    from unittest import mock
+
+    from tests.test_retention import _id_at
+
     who = vault.principal(tenant)
-    old = vault.remember("written in 1930", scope="s", principal=who,
-                         created_at=datetime(1930, 1, 1, tzinfo=UTC)).id
+    # idle time counts from the later of the record's time and when it was stored (the
+    # id's time): stored at the epoch, written in 1930
+    with mock.patch("mnemovault.memories.write.uuid7",
+                    lambda: _id_at(datetime(1970, 1, 1, tzinfo=UTC))):
+        old = vault.remember("written in 1930", scope="s", principal=who,
+                             created_at=datetime(1930, 1, 1, tzinfo=UTC)).id
     res = vault.run_retention(principal=who)
     assert res.error is None and old in res.archived
     policy = retention.Policy()

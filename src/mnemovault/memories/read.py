@@ -49,7 +49,7 @@ def page(rt: Runtime, who: Principal, *, scope: str | None = None,
     (the last id seen). ``limit`` is 1..100. Scope and subject are matched as stored
     (pseudonymised like stored text). ``flagged``: only those the injection sanitiser
     flagged (:data:`mnemovault.guard.sanitise.FLAG_KEY`), for review. ``key``: only the
-    versions of that key (matched as stored, like scope). Needs ``memory:read``.
+    versions of that key (matched as stored, like scope: by its keyed hash). Needs ``memory:read``.
 
     Raises:
         ValidationError: limit out of range, malformed cursor.
@@ -73,7 +73,9 @@ def page(rt: Runtime, who: Principal, *, scope: str | None = None,
                            ("active", "pending_review"))
         rows = store.page(conn, who.tenant, scope=tr(scope), subject=tr(subject),
                           visible=visible, params=params, cursor=after, limit=limit + 1,
-                          flagged_by=FLAG_KEY if flagged else None, key=tr(key))
+                          flagged_by=FLAG_KEY if flagged else None,
+                          key=None if key is None else pii.stored_key(rt, conn, who.tenant,
+                                                                      tr(key) or key))
         items = v.render([Memory.from_row(r) for r in rows[:limit]])
     nxt = items[-1].id if len(rows) > limit else None
     return Page(items=items, next_cursor=nxt)

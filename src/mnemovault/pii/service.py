@@ -24,7 +24,7 @@ from mnemovault import visibility
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
 from mnemovault.errors import Forbidden, NotFound, ValidationError
-from mnemovault.pii.sealing import SealWriter
+from mnemovault.pii.sealing import SealWriter, key_hash
 from mnemovault.pii.translate import (  # noqa: F401 (the read side, re-exported)
     NAME_TOKENS,
     Translator,
@@ -38,6 +38,13 @@ from mnemovault.store import ledger as ledger_store
 from mnemovault.store import pii as store
 
 MAX_PLACEHOLDER_CHARS = 64
+
+
+def stored_key(rt: Runtime, conn: Conn, tenant: str, key: str) -> str:
+    """How a memory's upsert key ``key`` (as stored: placeholders) is kept in
+    ``memories.key``: its keyed hash (:func:`mnemovault.pii.sealing.key_hash`), what SQL
+    compares."""
+    return key_hash(rt.pii.tenant_keys(conn, tenant).fingerprint_key, key)
 
 
 def content_writer(rt: Runtime, conn: Conn, tenant: str) -> SealWriter:
