@@ -336,8 +336,9 @@ def _canonical(vault: MemoryVault, tenant: str, ids: list[uuid.UUID]
                                ).fetchall()
         values = vault.rt.pii.reveal_values(conn, tenant, [e["placeholder"] for e in entries])
         rows = {r["id"]: r for r in conn.execute(
-            "SELECT id, scope, subject_id, key, content, version, status FROM memories "
-            "WHERE id = ANY(%s)", (ids,))}
+            # with the sealing columns: the row factory opens content and key
+            "SELECT id, scope, subject_id, key, content, version, status, key_id, "
+            "content_sealed, key_sealed FROM memories WHERE id = ANY(%s)", (ids,))}
     name = {e["placeholder"]: f"<{e['kind']}:{values.get(e['placeholder'])}>"
             for e in entries}
 
