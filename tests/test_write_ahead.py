@@ -54,8 +54,9 @@ def _bare(vault: MemoryVault) -> Embedder:
 
 def _stored(vault: MemoryVault, tenant: str, memory_id: uuid.UUID) -> tuple[str, np.ndarray]:
     with vault.db.transaction(tenant) as conn:
-        row = conn.execute("SELECT content, embedding::text AS e FROM memories WHERE id = %s",
-                           (memory_id,)).fetchone()
+        # with key_id and content_sealed the row factory opens the sealed content
+        row = conn.execute("SELECT id, content, key_id, content_sealed, embedding::text AS e "
+                           "FROM memories WHERE id = %s", (memory_id,)).fetchone()
     return row["content"], np.asarray(json.loads(row["e"]), dtype=np.float32)
 
 
