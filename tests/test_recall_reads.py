@@ -12,7 +12,8 @@ from mnemovault.vault import MemoryVault
 def _counts(vault: MemoryVault, tenant: str, scope: str) -> dict[str, int]:
     with vault.db.transaction(tenant) as conn:
         return {r["content"]: r["access_count"] for r in conn.execute(
-            "SELECT content, access_count FROM memories WHERE scope = %s", (scope,))}
+            "SELECT id, content, key_id, content_sealed, access_count FROM memories "
+            "WHERE scope = %s", (scope,))}  # the row factory opens the sealed content
 
 
 def test_each_hit_counted_once(vault: MemoryVault, tenant: str) -> None:
