@@ -989,6 +989,8 @@ LIBRARY: dict[str, list[str] | str] = {
     "health": "service status",
     "procedures": "section", "review": "section", "tenants": "section", "subjects": "section",
     "lexical": "section",
+    "stored_source_ids": "import resume: source ids of the rows the caller's view holds "
+                         "(visibility.clause)",
     "procedures.capture": "receipt", "procedures.new_version": "receipt",
     "procedures.record_run": "run receipt", "procedures.feedback": "the caller's run",
     "procedures.prune": "counts", "procedures.configure": "plugins",

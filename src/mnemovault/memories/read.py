@@ -84,9 +84,13 @@ def page(rt: Runtime, who: Principal, *, scope: str | None = None,
 def source_ids(rt: Runtime, who: Principal, scopes: list[str]) -> dict[str, set[str]]:
     """The ``provenance.source_id`` values already stored in each of ``scopes`` (as named:
     a scope that is pseudonymised when stored is not matched), for an import to skip those
-    records. Needs ``memory:read`` and each scope within the caller's."""
+    records. Needs ``memory:read`` and each scope within the caller's; only rows the
+    caller may see count (:mod:`mnemovault.visibility`: a subject-limited key learns
+    nothing of other subjects' records, pending rows count for reviewers)."""
     who.require("memory:read")
     for s in scopes:
         who.check_scope(s)
     with rt.db.transaction(who.tenant) as conn:
-        return store.source_ids(conn, who.tenant, scopes)
+        params: dict[str, Any] = {}
+        visible = visibility.view(rt, conn, who).clause(params, statuses=None)
+        return store.source_ids(conn, who.tenant, scopes, visible=visible, params=params)

@@ -413,14 +413,17 @@ def delete(conn: Conn, tenant: str, ids: Sequence[uuid.UUID]) -> None:
                  (tenant, list(ids)))
 
 
-def source_ids(conn: Conn, tenant: str, scopes: Sequence[str]) -> dict[str, set[str]]:
-    """The ``provenance.source_id`` values stored in each of ``scopes`` (any status): what
-    an import has stored already (it skips those records)."""
+def source_ids(conn: Conn, tenant: str, scopes: Sequence[str], *, visible: str,
+               params: dict[str, Any]) -> dict[str, set[str]]:
+    """The ``provenance.source_id`` values stored in each of ``scopes`` among the rows that
+    satisfy ``visible`` (a view's condition, :meth:`mnemovault.visibility.View.clause`,
+    its parameters in ``params``): what an import has stored already (it skips those)."""
     out: dict[str, set[str]] = {s: set() for s in scopes}
     for r in conn.execute(
             "SELECT DISTINCT scope, provenance->>'source_id' AS sid FROM memories "
-            "WHERE tenant_id = %s AND scope = ANY(%s) AND provenance ? 'source_id'",
-            (tenant, list(scopes))).fetchall():
+            "WHERE tenant_id = %(tenant)s AND scope = ANY(%(scopes)s) "
+            f"AND provenance ? 'source_id'{visible}",
+            {**params, "tenant": tenant, "scopes": list(scopes)}).fetchall():
         out[r["scope"]].add(r["sid"])
     return out
 
