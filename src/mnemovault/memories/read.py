@@ -67,15 +67,16 @@ def page(rt: Runtime, who: Principal, *, scope: str | None = None,
     after = parse_id(cursor, "cursor") if cursor is not None else None
     with rt.db.transaction(who.tenant) as conn:
         tr = pii.Translator(rt, conn, who.tenant)
+        stored = None if key is None else pii.stored_key(rt, conn, who.tenant, tr(key) or key)
+        if key is not None and stored is None:  # a tenant with nothing stored yet
+            return Page(items=[], next_cursor=None)
         v = visibility.view(rt, conn, who, tr=tr)
         params: dict[str, Any] = {}
         visible = v.clause(params, statuses=None if include_superseded else
                            ("active", "pending_review"))
         rows = store.page(conn, who.tenant, scope=tr(scope), subject=tr(subject),
                           visible=visible, params=params, cursor=after, limit=limit + 1,
-                          flagged_by=FLAG_KEY if flagged else None,
-                          key=None if key is None else pii.stored_key(rt, conn, who.tenant,
-                                                                      tr(key) or key))
+                          flagged_by=FLAG_KEY if flagged else None, key=stored)
         items = v.render([Memory.from_row(r) for r in rows[:limit]])
     nxt = items[-1].id if len(rows) > limit else None
     return Page(items=items, next_cursor=nxt)

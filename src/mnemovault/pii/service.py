@@ -40,11 +40,13 @@ from mnemovault.store import pii as store
 MAX_PLACEHOLDER_CHARS = 64
 
 
-def stored_key(rt: Runtime, conn: Conn, tenant: str, key: str) -> str:
+def stored_key(rt: Runtime, conn: Conn, tenant: str, key: str) -> str | None:
     """How a memory's upsert key ``key`` (as stored: placeholders) is kept in
     ``memories.key``: its keyed hash (:func:`mnemovault.pii.sealing.key_hash`), what SQL
-    compares."""
-    return key_hash(rt.pii.tenant_keys(conn, tenant).fingerprint_key, key)
+    compares; None for a tenant that has stored nothing yet (no secret: no key matches, and
+    a read creates nothing)."""
+    keys = rt.pii.existing_tenant_keys(conn, tenant)
+    return None if keys is None else key_hash(keys.fingerprint_key, key)
 
 
 def content_writer(rt: Runtime, conn: Conn, tenant: str) -> SealWriter:
