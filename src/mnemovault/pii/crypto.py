@@ -347,6 +347,22 @@ def _write_file(path: Path, keys: dict[int, bytes], current: int, *,
     body = json.dumps({"current": current,
                        "keys": {str(v): base64.b64encode(k).decode()
                                 for v, k in sorted(keys.items())}}).encode()
+    st = write_private(path, body, exclusive=exclusive)
+    if st is None:
+        return None
+    if not exclusive:  # a rotation killed before its rename left a copy of the keys
+        for stale in path.parent.glob(f".{path.name}.*.tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+    return _stamp(st)
+
+
+def write_private(path: Path, body: bytes, *,
+                  exclusive: bool = False) -> os.stat_result | None:
+    """Write ``body`` as ``path``, durably and readable by its owner only: a temp file of
+    its own (mode 0600) in the same directory, fsync, rename over ``path`` (``exclusive``:
+    a hard link that fails if ``path`` exists, then None is returned and nothing changed),
+    fsync of the directory. Returns the new file's stat."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -365,12 +381,8 @@ def _write_file(path: Path, keys: dict[int, bytes], current: int, *,
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    if not exclusive:  # a rotation killed before its rename left a copy of the keys
-        for stale in path.parent.glob(f".{path.name}.*.tmp"):
-            with contextlib.suppress(FileNotFoundError):
-                stale.unlink()
     _fsync_dir(path.parent)
-    return _stamp(os.stat(path)) if exclusive else _stamp(st)
+    return os.stat(path) if exclusive else st
 
 
 def _fsync_dir(directory: Path) -> None:

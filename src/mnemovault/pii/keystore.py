@@ -53,7 +53,6 @@ import hashlib
 import json
 import os
 import secrets
-import tempfile
 import threading
 import time
 import uuid
@@ -74,6 +73,7 @@ from mnemovault.pii.crypto import (
     encode_aad,
     open_sealed,
     seal,
+    write_private,
 )
 from mnemovault.store import content_keys as sql
 
@@ -354,8 +354,8 @@ class DirectoryKeyStore(KeyStore):
                 return live
             entry = StoredKey(tenant, key_id, owner, kek_version, sealed.nonce,
                               sealed.ciphertext, _now())
-            _write(d / f"{key_id}.json", _encode(entry))
-            _write(d / "owners" / _owner_name(owner), key_id.encode())
+            write_private(d / f"{key_id}.json", _encode(entry))
+            write_private(d / "owners" / _owner_name(owner), key_id.encode())
         return key_id
 
     def _read(self, tenant: str, key_ids: Sequence[str]) -> dict[str, StoredKey]:
@@ -383,7 +383,7 @@ class DirectoryKeyStore(KeyStore):
                     _shred_in_place(path)
                 tomb = StoredKey(tenant, k, entry.owner, None, None, None, entry.created_at,
                                  destroyed_at=_now())
-                _write(path, _encode(tomb))
+                write_private(path, _encode(tomb))
 
     def _rewrap(self, entry: StoredKey, kek_version: int, sealed: Sealed) -> None:
         with self._locked(entry.tenant) as d:
@@ -392,7 +392,7 @@ class DirectoryKeyStore(KeyStore):
             if cur.destroyed:
                 return
             _shred_in_place(path)  # the copy under the old version
-            _write(path, _encode(StoredKey(cur.tenant, cur.key_id, cur.owner, kek_version,
+            write_private(path, _encode(StoredKey(cur.tenant, cur.key_id, cur.owner, kek_version,
                                            sealed.nonce, sealed.ciphertext, cur.created_at)))
 
     def entries(self, tenant: str | None = None) -> Iterator[StoredKey]:
@@ -427,23 +427,6 @@ def _decode(raw: bytes, path: Path) -> StoredKey:
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"keystore: {path} is not a valid key file ({type(exc).__name__})",
                           field="key_store") from None
-
-
-def _write(path: Path, body: bytes) -> None:
-    """Replace ``path`` atomically: temp file (0600), fsync, rename, fsync of the
-    directory."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o600)
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    _fsync_dir(path.parent)
 
 
 def _shred_in_place(path: Path) -> None:
