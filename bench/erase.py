@@ -295,9 +295,10 @@ def list_bare(vault: MemoryVault, tenant: str) -> tuple[float, int]:
     while True:
         with vault.db.transaction(tenant) as conn:
             page = conn.execute(
-                "SELECT id, scope, subject_id, type, content, key, status, archived, "
-                "created_at, provenance FROM memories WHERE tenant_id = %s AND scope = 's' "
-                "AND subject_id = %s AND id > %s ORDER BY id LIMIT %s",
+                "SELECT id, scope, subject_id, type, content, key, key_id, content_sealed, "
+                "key_sealed, status, archived, created_at, provenance FROM memories "
+                "WHERE tenant_id = %s AND scope = 's' AND subject_id = %s AND id > %s "
+                "ORDER BY id LIMIT %s",
                 (tenant, SUBJECT, cursor, PAGE)).fetchall()
         rows += len(page)
         if len(page) < PAGE:

@@ -265,7 +265,8 @@ def stored_turns(vault: Any, scopes: list[str]) -> dict[str, list[tuple[Any, str
     out: dict[str, list[tuple[Any, str, str]]] = defaultdict(list)
     with vault.db.transaction(vault.settings.tenant) as conn:
         rows = conn.execute(
-            "SELECT id, scope, content, provenance->>'dia_id' AS dia_id FROM memories "
+            "SELECT id, scope, content, key_id, content_sealed, provenance->>'dia_id' AS dia_id "
+            "FROM memories "
             "WHERE scope = ANY(%s) AND status = 'active'", (scopes,)
         ).fetchall()
     for r in rows:
@@ -314,8 +315,10 @@ def lexical_parity(vault: Any, tenant: str, texts: list[str],
     except ImportError:
         return None
     with vault.db.transaction(tenant) as conn:
+        # content_sealed and key_id: the row factory opens the sealed text (0015)
         stored = [r["content"] for r in conn.execute(
-            "SELECT content FROM memories WHERE scope = ANY(%s) ORDER BY id", (scopes,))]
+            "SELECT id, content, key_id, content_sealed FROM memories WHERE scope = ANY(%s) "
+            "ORDER BY id", (scopes,))]
     out: dict[str, Any] = {}
     for name, group in (("turns", texts), ("stored", stored)):
         with vault.db.transaction(tenant) as conn:

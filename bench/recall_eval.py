@@ -432,7 +432,8 @@ def capture_live(args: argparse.Namespace, corpus: Corpus) -> dict[str, Any]:
         scopes = sorted({it["scope"] for it in items})
         with vault.db.transaction(tenant) as conn:
             rows = conn.execute(
-                "SELECT id, scope, content, embedding, provenance->>'doc' AS doc, "
+                "SELECT id, scope, content, key_id, content_sealed, embedding, "
+                "provenance->>'doc' AS doc, "
                 "created_at, subject_id FROM memories "
                 "WHERE scope = ANY(%s) AND status = 'active'",
                 (scopes,)).fetchall()

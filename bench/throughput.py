@@ -403,15 +403,27 @@ def load_rows(vault: Any, texts: list[str], vecs: Any, insert_batch: int) -> dic
     if terms is not None:
         with vault.db.transaction(tenant) as conn:
             key = terms.tenant_key(vault.rt.pii, conn, tenant)
+    try:  # content sealed under its owner's key (migration 0015), as the write path does
+        from mnemovault.pii.service import content_writer
+    except ImportError:  # an older tree's src
+        content_writer = None  # type: ignore[assignment]
     for i in range(0, n, insert_batch):
-        rows = []
-        for j in range(i, min(i + insert_batch, n)):
-            created = base + timedelta(minutes=7 * j)
-            rows.append((tenant, uuid7(), BENCH_SCOPE, texts[j].split(":", 1)[0], "episode",
-                         texts[j], None, vecs[j], created, now,
-                         Jsonb({"source": "bench", "source_id": str(j)}), None, 1,
-                         *(terms.document(key, texts[j]) if key is not None else ())))
         with vault.db.transaction(tenant) as conn:
+            sealer = content_writer(vault.rt, conn, tenant) if content_writer else None
+            rows = []
+            for j in range(i, min(i + insert_batch, n)):
+                created = base + timedelta(minutes=7 * j)
+                mid, subject = uuid7(), texts[j].split(":", 1)[0]
+                sealed: tuple[Any, ...] = ()
+                content = texts[j]
+                if sealer is not None:
+                    sealed = (*sealer.content(BENCH_SCOPE, subject, mid, texts[j]), None)
+                    content = memory_store.stored_plaintext(texts[j])
+                rows.append((tenant, mid, BENCH_SCOPE, subject, "episode",
+                             content, None, vecs[j], created, now,
+                             Jsonb({"source": "bench", "source_id": str(j)}), None, 1,
+                             *(terms.document(key, texts[j]) if key is not None else ()),
+                             *sealed))
             memory_store.insert(conn, rows)
         if (i // insert_batch) % 5 == 4 or i + insert_batch >= n:
             done = min(i + insert_batch, n)
