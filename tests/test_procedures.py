@@ -94,14 +94,19 @@ def test_free_text_is_pseudonymised(vault: MemoryVault, tenant: str) -> None:
                                   "provenance": {"tags": [email]}}, principal=who)
     assert r.placeholders and email not in r.name
     with vault.db.transaction(tenant) as conn:
-        # content is sealed (issue 21): key_id and content_sealed let the row factory open it
+        # sealed (issue 21): with key_id and the sealed columns the row factory opens them
         blob = conn.execute("SELECT m.id, m.content, m.key_id, m.content_sealed, "
-                            "m.provenance::text AS prov, p.name, p.intent, "
-                            "p.steps::text AS steps FROM memories m JOIN procedures p ON "
-                            "p.memory_id = m.id WHERE m.id = %s", (r.id,)).fetchone()
+                            "m.provenance, m.provenance_sealed, p.name, p.intent, p.steps, "
+                            "p.sealed AS procedure_sealed FROM memories m JOIN procedures p "
+                            "ON p.memory_id = m.id WHERE m.id = %s", (r.id,)).fetchone()
+        raw = conn.execute("SELECT m.content, m.provenance::text AS prov, p.name, p.intent, "
+                           "p.steps::text AS steps FROM memories m JOIN procedures p ON "
+                           "p.memory_id = m.id WHERE m.id = %s", (r.id,)).fetchone()
     assert blob is not None and blob.pop("key_id") is not None and blob.pop("id") == r.id
     assert all(email not in str(v) for v in blob.values())
     assert all(r.placeholders[0] in str(v) for v in blob.values())
+    # the clear columns hold neither the value nor its placeholder (a tag: its keyed hash)
+    assert raw is not None and all(r.placeholders[0] not in str(v) for v in raw.values())
 
 
 def test_question_and_answer_never_on_disk(vault: MemoryVault, tenant: str,

@@ -123,8 +123,8 @@ def test_rows_written_before_sealing_are_sealed_in_place(vault: MemoryVault,
     who = vault.principal(tenant)
     r = vault.remember("Gus old row canary-7", scope="s", subject="gus", principal=who)
     with vault.db.transaction(tenant) as conn:  # as a database made before 0015
-        conn.execute("UPDATE memories SET key_id = NULL, content_sealed = NULL, content = %s "
-                     "WHERE tenant_id = %s AND id = %s",
+        conn.execute("UPDATE memories SET key_id = NULL, content_sealed = NULL, content = %s, "
+                     "provenance_sealed = NULL WHERE tenant_id = %s AND id = %s",
                      ("Gus old row canary-7", tenant, r.id))
     assert vault.get(r.id, principal=who).content == "Gus old row canary-7"
     n = content_keys.seal_existing(vault.rt, batch=1)

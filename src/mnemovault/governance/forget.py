@@ -79,6 +79,7 @@ from mnemovault.pii.vault import PLACEHOLDER_RE, PiiVault, TenantKeys, normalise
 from mnemovault.procedures import subjects as procedure_subjects
 from mnemovault.store import ledger as ledger_store
 from mnemovault.store import memories as memory_store
+from mnemovault.store import procedures as procedure_store
 from mnemovault.store import subjects as subject_store
 from mnemovault.store.db import tenant_of
 
@@ -447,8 +448,12 @@ def reapply(conn: Conn, *, tenant: str, ids: Sequence[uuid.UUID],
     if unknown:
         raise ValueError(f"reapply: no remover for {unknown} (forget.REMOVERS)")
     # rows sealed under a destroyed content key (a restored backup): removed with the rest
-    ids = sorted({*ids, *memory_store.under_keys(conn, tenant,
-                                                 sorted(contributed.get(CONTENT_KEYS, [])))})
+    destroyed = sorted(contributed.get(CONTENT_KEYS, []))
+    ids = sorted({*ids, *memory_store.under_keys(conn, tenant, destroyed)})
+    runs = procedure_store.runs_under_keys(conn, tenant, destroyed) if destroyed else []
+    if runs:  # a subject's runs on another's procedure, sealed under the subject's key
+        contributed = {**contributed, "procedure_runs": sorted(
+            {*contributed.get("procedure_runs", []), *runs})}
     back = {k: REMOVERS[k].existing(conn, sorted(v)) for k, v in sorted(contributed.items())
             if v}
     run = _Run(tenant=tenant, ids=list(ids), scope=None, lock=True, pii=pii,

@@ -400,11 +400,12 @@ def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: 
                                                         stored_key, now, held)
             displaced += held and superseded is not None
         tsv, tsv_length = terms.document(term_key, p.content)
+        clear_prov, prov_sealed = sealer.provenance(
+            p.item.scope, p.item.subject, mid, p.item.provenance.model_dump(exclude_none=True))
         row = (who.tenant, mid, p.item.scope, p.item.subject, p.item.type,
                store_memories.stored_plaintext(p.content), stored_key, vec,
-               p.item.created_at or now, now,
-               Jsonb(p.item.provenance.model_dump(exclude_none=True)), parent, version,
-               tsv, tsv_length, key_id, sealed, key_sealed)
+               p.item.created_at or now, now, Jsonb(clear_prov), parent, version,
+               tsv, tsv_length, key_id, sealed, key_sealed, prov_sealed)
         if p.item.key is not None:  # before the next item may supersede it
             (store_review.insert_held if held else store_memories.insert)(conn, [row])
         else:

@@ -13,12 +13,30 @@ was destroyed reads as :data:`ERASED` on every path.
 Filtered columns (a memory's ``key`` and ``tags``) keep an equality-searchable keyed hash
 beside the ciphertext (:func:`term_hash`), derived from the tenant's fingerprint key as
 :mod:`mnemovault.governance.forget` derives its query hashes.
+
+What is sealed where (migrations 0015 and 0017):
+
+=========================  =====================================  ==========================
+row                        sealed (opened by :meth:`Sealer.       left in clear
+                           row_hook` into)                        (what SQL compares)
+=========================  =====================================  ==========================
+``memories``               ``content``, ``key``, ``provenance``   ``key`` as ``h1:`` hash;
+                           (the writer's: source, agent, run id,  ``provenance``: the
+                           source id, tags, extra keys)           :data:`SYSTEM_PROVENANCE`
+                                                                  keys and the hashes of
+                                                                  ``tags`` / ``source_id``
+``procedures``             ``name``, ``intent``, ``steps``        nothing (empty columns)
+                           (one JSON document, ``procedure``)
+``procedure_runs``         ``provenance`` under the run's own     verdicts, scores, times
+                           owner's key                            (no free text)
+=========================  =====================================  ==========================
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -74,6 +92,52 @@ def key_hash(fingerprint_key: bytes, key: str) -> str:
     return "h1:" + term_hash(fingerprint_key, "memory-key", key).hex()
 
 
+def tag_hash(fingerprint_key: bytes, tag: str) -> str:
+    """``t1:<32 hex>``: a tag as the clear ``provenance.tags`` of a sealed row holds it (a
+    tag filter compares these)."""
+    return "t1:" + term_hash(fingerprint_key, "tag", tag).hex()
+
+
+def source_id_hash(fingerprint_key: bytes, source_id: str) -> str:
+    """``s1:<32 hex>``: a ``provenance.source_id`` in the clear column of a sealed row."""
+    return "s1:" + term_hash(fingerprint_key, "source-id", source_id).hex()
+
+
+SYSTEM_PROVENANCE = frozenset({"review", "captured_by", "injection_flags"})
+"""Provenance keys the product sets (the review gate's state and capturer, the
+sanitiser's rule names) and SQL reads: kept in the clear column, never sealed."""
+
+_HASHED_PROVENANCE = ("tags", "source_id")
+
+
+def split_provenance(fingerprint_key: bytes,
+                     provenance: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """``(clear, writer JSON)`` of a provenance to store: the clear column gets the
+    :data:`SYSTEM_PROVENANCE` keys and the keyed hashes of ``tags`` and ``source_id``;
+    everything the writer gave goes into the JSON that is sealed."""
+    clear = {k: v for k, v in provenance.items() if k in SYSTEM_PROVENANCE}
+    writer = {k: v for k, v in provenance.items() if k not in SYSTEM_PROVENANCE}
+    if writer.get("tags"):
+        clear["tags"] = [tag_hash(fingerprint_key, t) for t in writer["tags"]]
+    if writer.get("source_id") is not None:
+        clear["source_id"] = source_id_hash(fingerprint_key, str(writer["source_id"]))
+    return clear, json.dumps(writer, ensure_ascii=False, separators=(",", ":"),
+                             sort_keys=True)
+
+
+def _join_provenance(clear: Any, writer: dict[str, Any] | None) -> dict[str, Any]:
+    """A stored row's provenance as readers see it: the clear column's product-set keys
+    (its hashes dropped) with the opened writer's keys (None: the key was destroyed)."""
+    base = {k: v for k, v in (clear or {}).items() if k not in _HASHED_PROVENANCE}
+    return {**(writer or {}), **base}
+
+
+PROCEDURE_TEXTS = ("name", "intent", "steps")
+"""A procedure's free-text fields, sealed together as one JSON document."""
+
+_SEALED_COLUMNS = ("content_sealed", "key_sealed", "provenance_sealed", "procedure_sealed")
+
+
 @dataclass
 class Sealer:
     """Seals and opens texts of one process (key store + its cache)."""
@@ -94,33 +158,42 @@ class Sealer:
         return SealWriter(self, tenant, fingerprint_key)
 
     def row_hook(self, tenant: str, row: dict[str, Any]) -> dict[str, Any]:
-        """:attr:`mnemovault.store.db.Database.row_hook`: open a row's sealed columns (a
-        ``memories`` row: ``content_sealed`` under ``key_id``). A row under a destroyed key
-        reads as :data:`ERASED` with ``erased`` True; a row not sealed yet (``key_id``
-        NULL, before ``db seal``) keeps its plaintext."""
-        if "content_sealed" not in row:
+        """:attr:`mnemovault.store.db.Database.row_hook`: open a row's sealed columns under
+        its ``key_id`` (a ``memories`` row: ``content_sealed``, ``key_sealed``,
+        ``provenance_sealed``; a procedure's joined ``procedure_sealed``; a run's
+        ``provenance_sealed``). A row under a destroyed key reads as :data:`ERASED` with
+        ``erased`` True (its provenance: the product-set keys only); a row not sealed yet
+        (``key_id`` NULL, before ``db seal``) keeps its plaintext."""
+        blobs = {c: row.pop(c) for c in _SEALED_COLUMNS if c in row}
+        if not blobs:
             return row
-        kid = row.get("key_id")
-        blob = row.pop("content_sealed")
-        kblob = row.pop("key_sealed", None)
-        if "key" in row:
+        if "content_sealed" in blobs and "key" in row:
             row["key_hash"] = row["key"]  # what SQL compares (key_versions, supersede)
-        if kid is None or blob is None:
+        kid = row.get("key_id")
+        if kid is None:
             return row
         kid = str(kid)
         keys, _gone = self.cache.keys(tenant, [kid])
         key = keys.get(kid)
+        rid = row["id"]
         if key is None:
-            row["content"] = ERASED
-            if kblob is not None:
-                row["key"] = ERASED
             row["erased"] = True
-            return row
-        row["content"] = open_text(key, blob, content_aad(tenant, "memories", "content",
-                                                          row["id"], kid))
-        if kblob is not None:
-            row["key"] = open_text(key, kblob, content_aad(tenant, "memories", "key",
-                                                           row["id"], kid))
+        for col, blob in blobs.items():
+            if blob is None:
+                continue
+            if col == "provenance_sealed":
+                writer = None if key is None else json.loads(open_text(
+                    key, blob, content_aad(tenant, "record", "provenance", rid, kid)))
+                row["provenance"] = _join_provenance(row.get("provenance"), writer)
+            elif col == "procedure_sealed":
+                texts = ({"name": ERASED, "intent": ERASED, "steps": {}} if key is None
+                         else json.loads(open_text(key, blob, content_aad(
+                             tenant, "procedures", "procedure", rid, kid))))
+                row.update(texts)
+            else:
+                name = col.removesuffix("_sealed")
+                row[name] = ERASED if key is None else open_text(
+                    key, blob, content_aad(tenant, "memories", name, rid, kid))
         return row
 
     def seal(self, tenant: str, key_id: str, key: bytes, table: str, column: str,
@@ -193,3 +266,26 @@ class SealWriter:
         kid, key = self.key(scope, subject)
         return uuid.UUID(kid), seal_text(key, text, content_aad(self.tenant, "memories",
                                                                 "content", row_id, kid))
+
+    def provenance(self, scope: str, subject: str | None, row_id: object,
+                   provenance: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        """``(clear provenance, provenance_sealed)`` of a ``memories`` or
+        ``procedure_runs`` row (:func:`split_provenance`), under the owner's key."""
+        kid, key = self.key(scope, subject)
+        clear, writer = split_provenance(self.fingerprint_key, provenance)
+        return clear, seal_text(key, writer, content_aad(self.tenant, "record", "provenance",
+                                                         row_id, kid))
+
+    def procedure(self, scope: str, subject: str | None, memory_id: object,
+                  texts: dict[str, Any]) -> bytes:
+        """The sealed ``procedures.sealed`` of a procedure (its :data:`PROCEDURE_TEXTS`),
+        under its memory row's key."""
+        kid, key = self.key(scope, subject)
+        doc = json.dumps({k: texts[k] for k in PROCEDURE_TEXTS}, ensure_ascii=False,
+                         separators=(",", ":"), sort_keys=True)
+        return seal_text(key, doc, content_aad(self.tenant, "procedures", "procedure",
+                                               memory_id, kid))
+
+    def tag_hashes(self, tags: Sequence[str]) -> list[str]:
+        """What a tag filter compares the clear ``provenance.tags`` with."""
+        return [tag_hash(self.fingerprint_key, t) for t in tags]

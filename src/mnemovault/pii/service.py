@@ -24,7 +24,7 @@ from mnemovault import visibility
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
 from mnemovault.errors import Forbidden, NotFound, ValidationError
-from mnemovault.pii.sealing import SealWriter, key_hash
+from mnemovault.pii.sealing import SealWriter, key_hash, tag_hash
 from mnemovault.pii.translate import (  # noqa: F401 (the read side, re-exported)
     NAME_TOKENS,
     Translator,
@@ -47,6 +47,17 @@ def stored_key(rt: Runtime, conn: Conn, tenant: str, key: str) -> str | None:
     a read creates nothing)."""
     keys = rt.pii.existing_tenant_keys(conn, tenant)
     return None if keys is None else key_hash(keys.fingerprint_key, key)
+
+
+def stored_tags(rt: Runtime, conn: Conn, tenant: str, tags: Sequence[str]) -> list[str]:
+    """Tags (as stored: placeholders) as a sealed row's clear ``provenance.tags`` holds
+    them: their keyed hashes (:func:`mnemovault.pii.sealing.tag_hash`), what a tag filter
+    compares. A tenant that has stored nothing yet has no secret: a value no hash equals
+    (the filter then matches nothing, and a read creates nothing)."""
+    keys = rt.pii.existing_tenant_keys(conn, tenant)
+    if keys is None:
+        return ["t1:none"] if tags else []
+    return [tag_hash(keys.fingerprint_key, t) for t in tags]
 
 
 def content_writer(rt: Runtime, conn: Conn, tenant: str) -> SealWriter:

@@ -307,12 +307,16 @@ def capture(rt: Runtime, who: Principal, item: ProcedureInput | dict[str, Any], 
             prov = {**prov, **review_store.held_provenance(who.actor)}
         vec = rt.embedder.embed([w.query(p.question)])[0]
         content = _content(s_name, s_intent)
-        key_id, sealed = pii.content_writer(rt, conn, who.tenant).content(
-            scope, s_subject, mid, content)
+        sealer = pii.content_writer(rt, conn, who.tenant)
+        key_id, sealed = sealer.content(scope, s_subject, mid, content)
+        clear_prov, prov_sealed = sealer.provenance(scope, s_subject, mid, prov)
         store.insert(conn, tenant=who.tenant, memory_id=mid, scope=scope, subject=s_subject,
-                     content=content, embedding=vec, status=status, provenance=prov,
+                     content=content, embedding=vec, status=status, provenance=clear_prov,
                      parent_id=None, version=1, now=now, name=s_name, intent=s_intent,
                      steps=s_steps, key_id=key_id, sealed=sealed,
+                     provenance_sealed=prov_sealed,
+                     procedure_sealed=sealer.procedure(scope, s_subject, mid, {
+                         "name": s_name, "intent": s_intent, "steps": s_steps}),
                      terms=terms.document(_term_key(rt, conn, who.tenant), content))
         _index(rt, conn, who.tenant, mid, w,
                [content, scope, s_subject, *steps_mod.free_texts(Steps(**s_steps)),
@@ -374,13 +378,19 @@ def new_version(rt: Runtime, who: Principal, parent_id: uuid.UUID | str,
         superseded = None
         if status == "active":
             superseded = pid if store.supersede(conn, who.tenant, pid, now) else None
-        key_id, sealed = pii.content_writer(rt, conn, who.tenant).content(
-            parent["scope"], parent["subject_id"], mid, content)
+        sealer = pii.content_writer(rt, conn, who.tenant)
+        key_id, sealed = sealer.content(parent["scope"], parent["subject_id"], mid, content)
+        clear_prov, prov_sealed = sealer.provenance(parent["scope"], parent["subject_id"],
+                                                    mid, prov)
         store.insert(conn, tenant=who.tenant, memory_id=mid, scope=parent["scope"],
                      subject=parent["subject_id"], content=content, embedding=vec,
-                     status=status, provenance=prov, parent_id=pid,
+                     status=status, provenance=clear_prov, parent_id=pid,
                      version=int(parent["version"]) + 1, now=now, name=s_name,
                      intent=s_intent, steps=s_steps, key_id=key_id, sealed=sealed,
+                     provenance_sealed=prov_sealed,
+                     procedure_sealed=sealer.procedure(
+                         parent["scope"], parent["subject_id"], mid,
+                         {"name": s_name, "intent": s_intent, "steps": s_steps}),
                      terms=terms.document(_term_key(rt, conn, who.tenant), content))
         _index(rt, conn, who.tenant, mid, w,
                [content, parent["scope"], parent["subject_id"],
@@ -461,7 +471,8 @@ def recall(rt: Runtime, who: Principal, question: str, *, scope: str, k: int = 5
         tr = pii.Translator(rt, conn, who.tenant)
         qvec = rt.embedder.embed([tr(question) or question])[0]
         rows = store.candidates(conn, qvec, tenant=who.tenant, scope=tr(scope) or scope,
-                                subject=tr(subject), tags=[tr(t) or t for t in tag_list],
+                                subject=tr(subject), tags=pii.stored_tags(rt, conn, who.tenant,
+                                                     [tr(t) or t for t in tag_list]),
                                 n=max(rt.settings.procedure_candidates, k),
                                 ef_search=rt.settings.hnsw_ef_search)
         scored = []
@@ -536,12 +547,16 @@ def record_run(rt: Runtime, who: Principal, procedure_id: uuid.UUID | str,
         w = _Writer(rt, conn, who.tenant)
         s_subject, s_eval = w(subject), w(ev_name)
         prov = w.provenance(run.provenance)
+        sealer = pii.content_writer(rt, conn, who.tenant)
+        run_key, _ = sealer.key(row["scope"], s_subject)  # the run's own owner's key
+        clear_prov, prov_sealed = sealer.provenance(row["scope"], s_subject, rid, prov)
         out = store.insert_run(
             conn, tenant=who.tenant, run_id=rid, procedure_id=pid, scope=row["scope"],
             subject=s_subject, ran_at=run.ran_at or now,
             duration_ms=float(run.duration_ms) if run.duration_ms is not None else None,
             agent_verdict=run.verdict, evaluator=s_eval, evaluator_verdict=ev_verdict,
-            score=float(score) if score is not None else None, provenance=prov)
+            score=float(score) if score is not None else None, provenance=clear_prov,
+            key_id=uuid.UUID(run_key), provenance_sealed=prov_sealed)
         _index(rt, conn, who.tenant, pid, w,
                [s_subject, s_eval, *(x for x in prov.values() if isinstance(x, str)),
                 *prov["tags"]])

@@ -90,7 +90,9 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
         qvec = rt.embedder.embed([query])[0]
         where, params = filter_sql(who.tenant, scope, include_archived=f.include_archived,
                                    subject=subject, types=list(f.types or []),
-                                   tags=list(f.tags or []), since=f.since, until=f.until)
+                                   tags=pii.stored_tags(rt, conn, who.tenant,
+                                                        list(f.tags or [])),
+                                   since=f.since, until=f.until)
         vrows = vector_candidates(conn, qvec, where, params, n,
                                   ef_search=rt.settings.hnsw_ef_search)
         key = lexical_terms.tenant_key(rt.pii, conn, who.tenant, create=False)

@@ -23,18 +23,19 @@ import psycopg
 COLUMNS = (
     "id, scope, subject_id, type, content, key, pinned, archived, status, created_at, "
     "updated_at, last_accessed_at, access_count, provenance, parent_id, version, key_id, "
-    "content_sealed, key_sealed"
+    "content_sealed, key_sealed, provenance_sealed"
 )
 """The columns a :class:`~mnemovault.models.Memory` is built from (never the embedding).
 ``content_sealed`` under ``key_id`` is opened into ``content`` by the connection's row
 factory (:meth:`mnemovault.store.db.Database._row_factory`), so every reader gets the
 text, or ``[erased]`` when its key was destroyed; ``key`` likewise from ``key_sealed`` (the
-stored ``key`` column, a keyed hash, stays in ``key_hash``)."""
+stored ``key`` column, a keyed hash, stays in ``key_hash``), and the writer's
+``provenance`` from ``provenance_sealed`` (:func:`mnemovault.pii.sealing.split_provenance`)."""
 
 INSERT_COLUMNS = ("tenant_id, id, scope, subject_id, type, content, key, embedding, "
                   "created_at, updated_at, provenance, parent_id, version, tsv, tsv_length, "
-                  "key_id, content_sealed, key_sealed")
-INSERT_ROW = "(" + ", ".join(["%s"] * 13 + ["%s::tsvector"] + ["%s"] * 4) + ")"
+                  "key_id, content_sealed, key_sealed, provenance_sealed")
+INSERT_ROW = "(" + ", ".join(["%s"] * 13 + ["%s::tsvector"] + ["%s"] * 5) + ")"
 _ROW = INSERT_ROW
 
 # The plaintext column of a sealed row is written empty: the lexical index reads keyed terms
@@ -78,7 +79,8 @@ def supersede(conn: Conn, tenant: str, scope: str, key: str,
 def insert(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
     """Insert memories. Each row: (tenant_id, id, scope, subject_id, type, content, key,
     embedding, created_at, updated_at, provenance (Jsonb), parent_id, version, tsv,
-    tsv_length, key_id, content_sealed, key_sealed) (:data:`INSERT_COLUMNS`): tsv and
+    tsv_length, key_id, content_sealed, key_sealed, provenance_sealed)
+    (:data:`INSERT_COLUMNS`): tsv and
     tsv_length the keyed terms of the content (:func:`mnemovault.recall.terms.document`)."""
     if not rows:
         return
@@ -86,7 +88,7 @@ def insert(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
         cur.executemany(f"INSERT INTO memories ({INSERT_COLUMNS}) VALUES {_ROW}", rows)
 
 
-_ROWS_PER_STATEMENT = 1000  # 18 parameters a row: far below PostgreSQL's 65,535
+_ROWS_PER_STATEMENT = 1000  # 19 parameters a row: far below PostgreSQL's 65,535
 
 
 def insert_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -389,22 +391,36 @@ def under_keys(conn: Conn, tenant: str, key_ids: Sequence[uuid.UUID]) -> list[uu
 
 
 def unsealed(conn: Conn, tenant: str, limit: int) -> list[dict[str, Any]]:
-    """Up to ``limit`` rows written before sealing (``key_id`` NULL), locked, in id order:
-    ``id``, ``scope``, ``subject_id``, ``content``, ``key``."""
+    """Up to ``limit`` rows not sealed whole yet, locked, in id order: written before
+    sealing (``key_id`` NULL: ``content``, ``key`` and ``provenance`` in clear), or before
+    migration 0017 (``provenance_sealed`` NULL: ``content`` and ``key`` come opened, and
+    ``erased`` is set when their key was destroyed). ``id``, ``scope``, ``subject_id``,
+    ``content``, ``key``, ``provenance``, ``key_id``."""
     return conn.execute(
-        "SELECT id, scope, subject_id, content, key FROM memories WHERE tenant_id = %s AND "
-        "key_id IS NULL ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED",
+        "SELECT id, scope, subject_id, content, key, provenance, key_id, content_sealed, "
+        "key_sealed FROM memories WHERE tenant_id = %s AND provenance_sealed IS NULL "
+        "ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED",
         (tenant, limit)).fetchall()
 
 
 def set_sealed(conn: Conn, tenant: str, rows: Sequence[tuple[Any, ...]]) -> None:
     """Seal rows in place: each (id, key_id, content_sealed, plaintext column, stored key,
-    key_sealed)."""
+    key_sealed, clear provenance (Jsonb), provenance_sealed)."""
     with conn.cursor() as cur:
         cur.executemany("UPDATE memories SET key_id = %s, content_sealed = %s, content = %s, "
-                        "key = %s, key_sealed = %s WHERE tenant_id = %s AND id = %s",
-                        [(k, blob, plain, skey, kblob, tenant, i)
-                         for i, k, blob, plain, skey, kblob in rows])
+                        "key = %s, key_sealed = %s, provenance = %s, provenance_sealed = %s "
+                        "WHERE tenant_id = %s AND id = %s",
+                        [(k, blob, plain, skey, kblob, prov, psealed, tenant, i)
+                         for i, k, blob, plain, skey, kblob, prov, psealed in rows])
+
+
+def set_sealed_provenance(conn: Conn, tenant: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Seal the provenance of rows whose content is sealed already: each (id, clear
+    provenance (Jsonb), provenance_sealed)."""
+    with conn.cursor() as cur:
+        cur.executemany("UPDATE memories SET provenance = %s, provenance_sealed = %s "
+                        "WHERE tenant_id = %s AND id = %s",
+                        [(prov, psealed, tenant, i) for i, prov, psealed in rows])
 
 
 def delete(conn: Conn, tenant: str, ids: Sequence[uuid.UUID]) -> None:
@@ -417,14 +433,19 @@ def source_ids(conn: Conn, tenant: str, scopes: Sequence[str], *, visible: str,
                params: dict[str, Any]) -> dict[str, set[str]]:
     """The ``provenance.source_id`` values stored in each of ``scopes`` among the rows that
     satisfy ``visible`` (a view's condition, :meth:`mnemovault.visibility.View.clause`,
-    its parameters in ``params``): what an import has stored already (it skips those)."""
+    its parameters in ``params``): what an import has stored already (it skips those).
+    The clear column holds each one's keyed hash: one row per distinct hash is opened
+    (its sealed provenance), a row under a destroyed key gives none."""
     out: dict[str, set[str]] = {s: set() for s in scopes}
     for r in conn.execute(
-            "SELECT DISTINCT scope, provenance->>'source_id' AS sid FROM memories "
+            "SELECT DISTINCT ON (scope, provenance->>'source_id') id, scope, key_id, "
+            "provenance, provenance_sealed FROM memories "
             "WHERE tenant_id = %(tenant)s AND scope = ANY(%(scopes)s) "
             f"AND provenance ? 'source_id'{visible}",
             {**params, "tenant": tenant, "scopes": list(scopes)}).fetchall():
-        out[r["scope"]].add(r["sid"])
+        sid = (r["provenance"] or {}).get("source_id")
+        if sid is not None:
+            out[r["scope"]].add(str(sid))
     return out
 
 

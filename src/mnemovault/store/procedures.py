@@ -15,6 +15,7 @@ subject's runs releases the ones nothing of that procedure uses any more.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -24,23 +25,24 @@ import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
 
-from mnemovault.store.memories import stored_plaintext
+from mnemovault.store.memories import KEEP_PLAINTEXT, stored_plaintext
 
 Conn = psycopg.Connection[Any]
 
 PROCEDURE_COLUMNS = (
     "m.id, m.scope, m.subject_id, m.content, m.pinned, m.archived, m.status, m.created_at, "
     "m.updated_at, m.provenance, m.parent_id, m.version, m.key_id, m.content_sealed, "
-    "p.name, p.intent, p.steps, p.runs, "
+    "m.provenance_sealed, p.name, p.intent, p.steps, p.sealed AS procedure_sealed, p.runs, "
     "p.successes, p.judged_runs, p.judged_successes, p.first_used, p.last_used"
 )
-"""The columns a :class:`~mnemovault.procedures.models.Procedure` is built from."""
+"""The columns a :class:`~mnemovault.procedures.models.Procedure` is built from (the row
+factory opens the sealed ones: :mod:`mnemovault.pii.sealing`)."""
 
 RUN_COLUMNS = (
     "r.id, r.procedure_id, r.scope, r.subject_id, r.ran_at, r.duration_ms, r.agent_verdict, "
     "r.evaluator, r.evaluator_verdict, r.score, r.person_verdict, r.feedback_accuracy, "
     "r.feedback_efficiency, r.feedback_satisfaction, r.feedback_at, r.provenance, "
-    "r.success, r.judged"
+    "r.key_id, r.provenance_sealed, r.success, r.judged"
 )
 """The columns a :class:`~mnemovault.procedures.models.Run` is built from."""
 
@@ -53,17 +55,21 @@ def insert(conn: Conn, *, tenant: str, memory_id: uuid.UUID, scope: str, subject
            content: str, embedding: Any, status: str, provenance: dict[str, Any],
            parent_id: uuid.UUID | None, version: int, now: datetime, name: str, intent: str,
            steps: dict[str, Any], terms: tuple[str, int], key_id: uuid.UUID,
-           sealed: bytes) -> None:
+           sealed: bytes, provenance_sealed: bytes, procedure_sealed: bytes) -> None:
     """Insert a procedure: its ``memories`` row (type ``procedure``) and its
     ``procedures`` row. ``embedding`` None copies the parent's (a new version asked
-    without a question). ``terms``: the content's keyed terms, (tsv, tsv_length)."""
+    without a question). ``terms``: the content's keyed terms, (tsv, tsv_length).
+    ``provenance`` is the clear part (:func:`mnemovault.pii.sealing.split_provenance`);
+    ``name``, ``intent`` and ``steps`` are sealed in ``procedure_sealed`` (the clear
+    columns get empty values)."""
     cols = ("tenant_id, id, scope, subject_id, type, content, embedding, status, created_at, "
             "updated_at, provenance, parent_id, version, tsv, tsv_length, key_id, "
-            "content_sealed")
+            "content_sealed, provenance_sealed")
     params = {"t": tenant, "id": memory_id, "scope": scope, "subject": subject,
               "content": stored_plaintext(content), "emb": embedding, "status": status,
               "now": now, "prov": Jsonb(provenance), "parent": parent_id, "version": version,
-              "tsv": terms[0], "tsvlen": terms[1], "kid": key_id, "sealed": sealed}
+              "tsv": terms[0], "tsvlen": terms[1], "kid": key_id, "sealed": sealed,
+              "psealed": provenance_sealed}
     if embedding is None:
         # the parent's own tenant_id as the new row's: on Citus the INSERT ... SELECT then
         # runs on the shard (a constant there makes Citus copy the row through the
@@ -71,19 +77,21 @@ def insert(conn: Conn, *, tenant: str, memory_id: uuid.UUID, scope: str, subject
         conn.execute(
             f"INSERT INTO memories ({cols}) SELECT tenant_id, %(id)s, %(scope)s, %(subject)s, "
             "'procedure', %(content)s, embedding, %(status)s, %(now)s, %(now)s, %(prov)s, "
-            "%(parent)s, %(version)s, %(tsv)s::tsvector, %(tsvlen)s, %(kid)s, %(sealed)s "
-            "FROM memories WHERE tenant_id = %(t)s AND id = %(parent)s",
+            "%(parent)s, %(version)s, %(tsv)s::tsvector, %(tsvlen)s, %(kid)s, %(sealed)s, "
+            "%(psealed)s FROM memories WHERE tenant_id = %(t)s AND id = %(parent)s",
             params)
     else:
         conn.execute(
             f"INSERT INTO memories ({cols}) VALUES (%(t)s, %(id)s, %(scope)s, %(subject)s, "
             "'procedure', %(content)s, %(emb)s, %(status)s, %(now)s, %(now)s, %(prov)s, "
-            "%(parent)s, %(version)s, %(tsv)s::tsvector, %(tsvlen)s, %(kid)s, %(sealed)s)",
+            "%(parent)s, %(version)s, %(tsv)s::tsvector, %(tsvlen)s, %(kid)s, %(sealed)s, "
+            "%(psealed)s)",
             params)
     conn.execute(
-        "INSERT INTO procedures (tenant_id, memory_id, name, intent, steps, created_at) "
-        "VALUES (%s, %s, %s, %s, %s, %s)",
-        (tenant, memory_id, name, intent, Jsonb(steps), now))
+        "INSERT INTO procedures (tenant_id, memory_id, name, intent, steps, sealed, "
+        "created_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        (tenant, memory_id, stored_plaintext(name), stored_plaintext(intent),
+         Jsonb(steps if KEEP_PLAINTEXT else {}), procedure_sealed, now))
 
 
 def lock(conn: Conn, tenant: str, memory_id: uuid.UUID) -> dict[str, Any] | None:
@@ -170,17 +178,23 @@ def insert_run(conn: Conn, *, tenant: str, run_id: uuid.UUID, procedure_id: uuid
                scope: str, subject: str | None, ran_at: datetime, duration_ms: float | None,
                agent_verdict: str | None, evaluator: str | None,
                evaluator_verdict: str | None, score: float | None,
-               provenance: dict[str, Any]) -> dict[str, Any]:
+               provenance: dict[str, Any], key_id: uuid.UUID,
+               provenance_sealed: bytes) -> dict[str, Any]:
     """Insert a run and count it in its procedure's counters (one row lock on the
     procedure: exact under concurrent recorders). Returns the procedure's counters after
     the update (``runs``, ``successes``, ``judged_runs``, ``judged_successes``,
-    ``first_used``, ``last_used``) and the run's ``success`` and ``judged``."""
+    ``first_used``, ``last_used``) and the run's ``success`` and ``judged``.
+    ``provenance``: the clear part; the writer's is ``provenance_sealed`` under ``key_id``
+    (the run's own owner's key)."""
     run = conn.execute(
         "INSERT INTO procedure_runs (tenant_id, id, procedure_id, scope, subject_id, ran_at, "
-        "duration_ms, agent_verdict, evaluator, evaluator_verdict, score, provenance) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING success, judged",
+        "duration_ms, agent_verdict, evaluator, evaluator_verdict, score, provenance, "
+        "key_id, provenance_sealed) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+        "RETURNING success, judged",
         (tenant, run_id, procedure_id, scope, subject, ran_at, duration_ms, agent_verdict,
-         evaluator, evaluator_verdict, score, Jsonb(provenance))).fetchone()
+         evaluator, evaluator_verdict, score, Jsonb(provenance), key_id,
+         provenance_sealed)).fetchone()
     assert run is not None
     counters = bump(conn, tenant, procedure_id, runs=1, successes=int(run["success"]),
                     judged_runs=int(run["judged"]),
@@ -344,16 +358,25 @@ def _delete_runs(conn: Conn, tenant: str, where: str,
 
 def stored_texts(conn: Conn, tenant: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
     """Per procedure, every stored free-text field of it and of its remaining runs, joined
-    (where its placeholders can be)."""
+    (where its placeholders can be), as the row factory opens them."""
     rows = conn.execute(
-        "SELECT m.id, m.content, m.key_id, m.content_sealed, "
-        "concat_ws(' ', m.scope, m.subject_id, m.key, "
-        "m.provenance::text, p.name, p.intent, p.steps::text, "
-        "(SELECT string_agg(concat_ws(' ', r.subject_id, r.evaluator, r.provenance::text), "
-        "' ') FROM procedure_runs r WHERE r.tenant_id = m.tenant_id "
-        "AND r.procedure_id = m.id)) AS texts "
-        f"{_FROM} WHERE m.tenant_id = %s AND m.id = ANY(%s)", (tenant, list(ids))).fetchall()
-    return {r["id"]: " ".join(t for t in (r["content"], r["texts"]) if t) for r in rows}
+        "SELECT m.id, m.scope, m.subject_id, m.content, m.key, m.provenance, m.key_id, "
+        "m.content_sealed, m.key_sealed, m.provenance_sealed, p.name, p.intent, p.steps, "
+        f"p.sealed AS procedure_sealed {_FROM} WHERE m.tenant_id = %s AND m.id = ANY(%s)",
+        (tenant, list(ids))).fetchall()
+    runs = conn.execute(
+        "SELECT id, procedure_id, subject_id, evaluator, provenance, key_id, "
+        "provenance_sealed FROM procedure_runs WHERE tenant_id = %s "
+        "AND procedure_id = ANY(%s)", (tenant, list(ids))).fetchall()
+    out: dict[uuid.UUID, list[str]] = {}
+    for r in rows:
+        out[r["id"]] = [r["content"], r["scope"], r["subject_id"], r["key"],
+                        json.dumps(r["provenance"], ensure_ascii=False), r["name"],
+                        r["intent"], json.dumps(r["steps"], ensure_ascii=False)]
+    for r in runs:
+        out.setdefault(r["procedure_id"], []).extend(
+            [r["subject_id"], r["evaluator"], json.dumps(r["provenance"], ensure_ascii=False)])
+    return {i: " ".join(t for t in texts if t) for i, texts in out.items()}
 
 
 def supported_nodes(conn: Conn, tenant: str, memory_id: uuid.UUID) -> list[str]:
@@ -370,3 +393,52 @@ def release_nodes(conn: Conn, tenant: str, memory_id: uuid.UUID, nodes: Sequence
                  (tenant, memory_id, list(nodes), list(nodes)))
     conn.execute("DELETE FROM graph_node_support WHERE tenant_id = %s AND memory_id = %s "
                  "AND node_id = ANY(%s)", (tenant, memory_id, list(nodes)))
+
+
+# -- sealing what was written before migration 0017 (mnemovault.subjects.keys) -------------
+def unsealed(conn: Conn, tenant: str, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` procedures whose name, intent and steps are not sealed yet and
+    whose memory row is (``key_id`` set), locked: ``id``, ``scope``, ``subject_id``,
+    ``key_id``, ``name``, ``intent``, ``steps`` (and ``erased`` when the row's key was
+    destroyed)."""
+    return conn.execute(
+        "SELECT m.id, m.scope, m.subject_id, m.key_id, m.content_sealed, p.name, p.intent, "
+        f"p.steps {_FROM} WHERE m.tenant_id = %s AND p.sealed IS NULL "
+        "AND m.key_id IS NOT NULL ORDER BY m.id LIMIT %s FOR UPDATE OF p SKIP LOCKED",
+        (tenant, limit)).fetchall()
+
+
+def set_sealed(conn: Conn, tenant: str, rows: Sequence[tuple[uuid.UUID, bytes]]) -> None:
+    """Seal procedures in place: each (memory id, sealed); the clear columns emptied."""
+    sql = ("UPDATE procedures SET sealed = %s WHERE tenant_id = %s AND memory_id = %s"
+           if KEEP_PLAINTEXT else
+           "UPDATE procedures SET sealed = %s, name = '', intent = '', steps = '{}'::jsonb "
+           "WHERE tenant_id = %s AND memory_id = %s")
+    with conn.cursor() as cur:
+        cur.executemany(sql, [(blob, tenant, i) for i, blob in rows])
+
+
+def unsealed_runs(conn: Conn, tenant: str, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` runs whose provenance is not sealed yet (``key_id`` NULL), locked:
+    ``id``, ``scope``, ``subject_id``, ``provenance``."""
+    return conn.execute(
+        "SELECT id, scope, subject_id, provenance FROM procedure_runs WHERE tenant_id = %s "
+        "AND key_id IS NULL ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED",
+        (tenant, limit)).fetchall()
+
+
+def set_runs_sealed(conn: Conn, tenant: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Seal runs' provenance in place: each (id, key_id, clear provenance (Jsonb),
+    provenance_sealed)."""
+    with conn.cursor() as cur:
+        cur.executemany(
+            "UPDATE procedure_runs SET key_id = %s, provenance = %s, provenance_sealed = %s "
+            "WHERE tenant_id = %s AND id = %s",
+            [(k, prov, blob, tenant, i) for i, k, prov, blob in rows])
+
+
+def runs_under_keys(conn: Conn, tenant: str, key_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+    """The runs sealed under any of ``key_ids`` (destroyed keys: the start's sweep)."""
+    rows = conn.execute("SELECT id FROM procedure_runs WHERE tenant_id = %s "
+                        "AND key_id = ANY(%s) ORDER BY id", (tenant, list(key_ids))).fetchall()
+    return [r["id"] for r in rows]

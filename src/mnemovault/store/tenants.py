@@ -253,16 +253,18 @@ def memories_after(conn: Conn, tenant: str, after: uuid.UUID | None,
     """Up to ``limit`` memories with ``id > after`` (None: from the first), by id, each as
     ``{"id": uuid, "row": {column: JSON value}}``: every column but the embedding and the
     derived full-text columns (columns added by later migrations are included as they
-    come); ``content`` opened from its sealed form (``[erased]`` under a destroyed key)."""
+    come); ``content``, ``key`` and ``provenance`` opened from their sealed forms
+    (``[erased]`` under a destroyed key)."""
     rows = conn.execute(
         "SELECT id, to_jsonb(m) - 'embedding' - 'tsv' - 'tsv_length' - 'terms_keyed' "
-        "- 'tenant_id' - 'content_sealed' - 'key_sealed' AS row, content, key, key_id, "
-        "content_sealed, key_sealed "
+        "- 'tenant_id' - 'content_sealed' - 'key_sealed' - 'provenance_sealed' AS row, "
+        "content, key, provenance, key_id, content_sealed, key_sealed, provenance_sealed "
         "FROM memories m WHERE tenant_id = %s AND (%s::uuid IS NULL OR id > %s) "
         "ORDER BY id LIMIT %s", (tenant, after, after, limit)).fetchall()
     for r in rows:  # the content as opened by the row factory (sealed: its plaintext)
         r["row"]["content"] = r.pop("content")
         r["row"]["key"] = r.pop("key")
+        r["row"]["provenance"] = r.pop("provenance")
         for k in ("key_id", "key_hash"):
             r.pop(k, None)
         r.pop("erased", None)
