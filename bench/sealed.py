@@ -17,9 +17,9 @@ round by round:
 Ratios are sealed / plain (target: at most 1.10). Then ``erase``: a subject with
 ``--erase-size`` memories (default 1,000; ``--quick``: 100), each holding a canary string,
 is erased with sealing on; reported: the erase's time, and the files of the data directory
-(``pg/`` and the key store) that still hold any canary (plaintext) before ``scrub``. While
-``memories.content`` is still written in clear beside its ciphertext (until branch lex
-lands: ``store/memories.py: KEEP_PLAINTEXT``) that count is not the target's.
+(``pg/`` and the key store) that still hold any canary (plaintext) before ``scrub``
+(target: none; the plaintext column is written empty: ``store/memories.py``,
+``KEEP_PLAINTEXT``).
 
 Usage::
 
@@ -64,6 +64,10 @@ class _NoSeal:
     def memory_key(self, scope: str, subject: str | None, row_id: object,
                    key: str | None) -> tuple[str | None, None]:
         return key, None
+
+    def provenance(self, scope: str, subject: str | None, row_id: object,
+                   provenance: dict[str, Any]) -> tuple[dict[str, Any], None]:
+        return provenance, None
 
 
 def _text(rng: random.Random) -> str:

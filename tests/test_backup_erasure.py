@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -42,7 +43,11 @@ def _files_holding(root: Path, needles: list[bytes]) -> dict[str, list[str]]:
                     reason="memories.content is still written in clear until the lexical "
                            "index stops reading it (branch lex, 0014_hashed_terms)")
 def test_a_restored_pg_copy_holds_nothing_readable_of_an_erased_subject(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # not tmp_path: pytest's base directory is 0700, and as root the embedded PostgreSQL
+    # runs as 'pgserver', which must get in
+    tmp_path = Path(tempfile.mkdtemp(prefix="mv-backup-"))
+    os.chmod(tmp_path, 0o755)
     monkeypatch.setattr(audit_log, "config", audit_log.config)
     data = tmp_path / "mv"
     runner = CliRunner()

@@ -36,6 +36,7 @@ from mnemovault.config import Settings
 from mnemovault.embed.base import Vectors, normalise
 from mnemovault.errors import Forbidden, ValidationError
 from mnemovault.governance.scrub import scrub
+from mnemovault.store import memories as memory_store
 from mnemovault.vault import MemoryVault
 
 DIM = 384
@@ -134,7 +135,7 @@ def letters(n: int, seed: int) -> str:
 
 
 def test_erased_bytes_stay_until_the_scrub_removes_them(
-        own: tuple[MemoryVault, Path]) -> None:
+        own: tuple[MemoryVault, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     mv, data_dir = own
     tenant = "scrub-a"
     mv.ensure_tenant(tenant)
@@ -143,11 +144,17 @@ def test_erased_bytes_stay_until_the_scrub_removes_them(
     kept = marker("keep")
     long_text = (f"{erased[4]} " + letters(6000, 7) + f" {erased[4]} "
                  + letters(3000, 8) + f" {erased[4]}")
-    # issue 21: content is sealed under the subject's key, so each marker is also put in a
-    # field still stored in clear (provenance), for the scrub to have plaintext to remove;
-    # a marker in content only must be nowhere even before the scrub
+    # issue 21: every free-text column is sealed under the subject's key, so a record
+    # written today has no plaintext for the scrub to remove. A database made before
+    # sealing has (its rows are sealed in place at the next start, and the plaintext stays
+    # in dead tuples, TOAST, statistics and WAL until a scrub): these records are written
+    # so, with the plaintext column kept (KEEP_PLAINTEXT). A record written with sealing
+    # as it is must be nowhere in clear even before the scrub.
     sealed_only = marker("sealed")
-    ids = [mv.remember(f"the subject mentioned {w} at the meeting {sealed_only}", scope="s",
+    sealed_id = mv.remember(f"the subject noted {sealed_only} at the meeting", scope="s",
+                            subject=SUBJECT, principal=who).id
+    monkeypatch.setattr(memory_store, "KEEP_PLAINTEXT", True)
+    ids = [mv.remember(f"the subject mentioned {w} at the meeting", scope="s",
                        subject=SUBJECT, provenance={"source_id": w}, principal=who).id
            for w in erased[:3]]
     ids.append(mv.remember(long_text, scope="s", subject=SUBJECT,
@@ -159,6 +166,7 @@ def test_erased_bytes_stay_until_the_scrub_removes_them(
                             principal=who)[0].id
     keep_id = mv.remember(f"another person said {kept}", scope="s", subject="someone-else",
                           provenance={"source_id": kept}, principal=who).id
+    monkeypatch.setattr(memory_store, "KEEP_PLAINTEXT", False)
     owner_sql(mv, "ANALYZE memories")  # planner statistics sample the content
     # the long memory really is stored out of line
     toast = owner_sql(mv, "SELECT pg_relation_size(reltoastrelid) FROM pg_class "
@@ -167,7 +175,7 @@ def test_erased_bytes_stay_until_the_scrub_removes_them(
 
     owner_sql(mv, "CHECKPOINT")  # the pages reach the table files
     erasure = mv.subjects.erase(SUBJECT, scope="s", principal=who)
-    assert set(erasure.deleted) == {*ids, fact}
+    assert set(erasure.deleted) == {*ids, fact, sealed_id}
     # a checkpoint (any, as the server takes them by itself) writes the pages with the
     # deleted rows; switching and checkpointing again, with wal_recycle on (the default),
     # renames the old segment, erased bytes inside, to a future segment's name
@@ -183,8 +191,8 @@ def test_erased_bytes_stay_until_the_scrub_removes_them(
     # WITHOUT a scrub the erased records are still in the data directory, in every kind of
     # place the scrub has to deal with:
     assert "memories" in everywhere  # the heap (dead tuples)
-    # (the GIN full-text index holds keyed term hashes since 0014, and TOAST only the long
-    # memory's ciphertext since 0015: no plaintext marker reaches either)
+    # (the GIN full-text index holds keyed term hashes since 0014: no plaintext marker
+    # reaches it)
     assert "pg_statistic" in everywhere  # planner statistics (sample values)
     wal = {p.removeprefix("wal:") for p in everywhere if p.startswith("wal:")}
     assert wal and any(seg > current for seg in wal)  # a recycled, not yet used segment
@@ -220,15 +228,19 @@ def test_erased_bytes_stay_until_the_scrub_removes_them(
 
 
 def test_a_second_erasure_is_scrubbed_with_recycling_already_off(
-        own: tuple[MemoryVault, Path]) -> None:
+        own: tuple[MemoryVault, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     mv, data_dir = own
     tenant = "scrub-b"
     mv.ensure_tenant(tenant)
     who = mv.principal(tenant)
     scrub(mv.rt, tenants=[tenant])  # recycling off from here on (idempotent)
     words = [marker("again") for _ in range(3)]
-    ids = [mv.remember(f"note {w}", scope="s", subject=SUBJECT,  # provenance: in clear
-                       provenance={"source_id": w}, principal=who).id for w in words]
+    # written as a database made before sealing holds them (plaintext beside the
+    # ciphertext): what the scrub has to remove
+    monkeypatch.setattr(memory_store, "KEEP_PLAINTEXT", True)
+    ids = [mv.remember(f"note {w}", scope="s", subject=SUBJECT, principal=who).id
+           for w in words]
+    monkeypatch.setattr(memory_store, "KEEP_PLAINTEXT", False)
     owner_sql(mv, "CHECKPOINT")
     assert set(mv.subjects.erase(SUBJECT, scope="s", principal=who).deleted) == set(ids)
     owner_sql(mv, "CHECKPOINT")
@@ -242,14 +254,19 @@ def test_a_second_erasure_is_scrubbed_with_recycling_already_off(
     assert not any(search(mv, data_dir, words).values())
 
 
-def test_erase_with_scrub_leaves_no_byte_behind(own: tuple[MemoryVault, Path]) -> None:
+def test_erase_with_scrub_leaves_no_byte_behind(
+        own: tuple[MemoryVault, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     mv, data_dir = own
     tenant = "scrub-c"
     mv.ensure_tenant(tenant)
     who = mv.principal(tenant)
     words = [marker("scrubbed") for _ in range(3)]
-    ids = [mv.remember(f"note {w}", scope="s", subject=SUBJECT,  # provenance: in clear
-                       provenance={"source_id": w}, principal=who).id for w in words]
+    # written as a database made before sealing holds them (plaintext beside the
+    # ciphertext): what the scrub has to remove
+    monkeypatch.setattr(memory_store, "KEEP_PLAINTEXT", True)
+    ids = [mv.remember(f"note {w}", scope="s", subject=SUBJECT, principal=who).id
+           for w in words]
+    monkeypatch.setattr(memory_store, "KEEP_PLAINTEXT", False)
     owner_sql(mv, "CHECKPOINT")
     erasure = mv.subjects.erase(SUBJECT, scope="s", principal=who, scrub=True)
     assert set(erasure.deleted) == set(ids)

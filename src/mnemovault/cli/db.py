@@ -244,10 +244,11 @@ def _print_ledger(led: dict[str, Any]) -> None:
 @db_app.command("seal")
 def db_seal(ctx: typer.Context, batch: Annotated[int, typer.Option(min=1, max=10000)] = 500,
             as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Seal the memories written before content encryption (issue 21) under their owners'
-    content keys, in place, in committed batches (resumable: run it again after an
-    interruption), with a progress bar; then delete rows under destroyed keys. Every start
-    does the same before serving; this runs it on its own."""
+    """Seal the records written before content encryption (issue 21: memories' content,
+    keys and provenance, procedures' texts, runs' provenance) under their owners' content
+    keys, in place, in committed batches (resumable: run it again after an interruption),
+    with a progress bar; then delete rows under destroyed keys. Every start does the same
+    before serving; this runs it on its own."""
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
     from mnemovault.cli._common import err
@@ -260,12 +261,12 @@ def db_seal(ctx: typer.Context, batch: Annotated[int, typer.Option(min=1, max=10
         with _vault(ctx, create=False) as vault, Progress(
                 SpinnerColumn(), TextColumn("{task.description}"), console=err,
                 disable=as_json) as progress:
-            task = progress.add_task("sealing memories: 0", total=None)
+            task = progress.add_task("sealing records: 0", total=None)
             done = {"n": 0}
 
             def step(tenant: str, n: int) -> None:
                 done["n"] += n
-                progress.update(task, description=f"sealing memories: {done['n']} "
+                progress.update(task, description=f"sealing records: {done['n']} "
                                                   f"(tenant {tenant})")
 
             sealed = content_keys.seal_existing(vault.rt, batch=batch, progress=step)
@@ -282,7 +283,7 @@ def db_seal(ctx: typer.Context, batch: Annotated[int, typer.Option(min=1, max=10
     elif sealed is None:
         out.print("another process is sealing this database now; nothing done")
     else:
-        out.print(f"sealed {sealed} memories; removed {swept.removed} under destroyed keys")
+        out.print(f"sealed {sealed} records; removed {swept.removed} under destroyed keys")
 
 
 @db_app.command("reindex-terms")
