@@ -130,6 +130,18 @@ def test_steps_expect_is_checked(vault: MemoryVault, tenant: str) -> None:
         assert conn.execute("SELECT count(*) AS n FROM procedures").fetchone()["n"] == 0
 
 
+def test_a_runaway_pattern_fails_the_evaluation(vault: MemoryVault, tenant: str) -> None:
+    pid = _capture(vault, tenant, expect=r"(a|aa)+$")
+    rid = _run(vault, tenant, pid)
+    before = _row(vault, tenant, rid)
+    with pytest.raises(Unavailable) as err:
+        vault.procedures.evaluate(rid, {"question": QUESTION, "answer": "a" * 60 + "b"},
+                                  principal=vault.principal(tenant))
+    assert err.value.field == "evaluator" and "TimeoutError" in err.value.message
+    assert _row(vault, tenant, rid) == before
+    assert _audit(vault, tenant, "PROCEDURE_EVALUATE") == []
+
+
 # -- the model evaluator -----------------------------------------------------------------
 class FakeEndpoint:
     """An OpenAI-compatible endpoint in-process: records every request body."""

@@ -20,7 +20,9 @@ Built in:
     refusal   failure  0.0    the answer refuses (:data:`REFUSAL_MARKERS`: "I can't help
                               with", "I'm unable to", "as an AI", "I'm sorry, but I"...)
     expected  success  1.0    the procedure declares ``steps.expect`` and the answer
-                              matches it (``re.search``)
+                              matches it (searched; a search that takes longer than
+                              :data:`PATTERN_TIMEOUT_S` fails the evaluation:
+                              ``Unavailable``, nothing stored)
     missing   failure  0.0    it declares ``steps.expect`` and the answer does not match
     plausible success  0.5    none of the above: nothing wrong was found
     ========  =======  =====  =========================================================
@@ -46,6 +48,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import regex
 
 from mnemovault.config import Settings
 from mnemovault.errors import Unavailable, ValidationError
@@ -54,6 +57,8 @@ from mnemovault.procedures.plugins import Evaluator, Judgement, plugins
 from mnemovault.runtime import Runtime
 
 DEFAULT = "rule"
+PATTERN_TIMEOUT_S = 0.25
+"""How long the search for a procedure's ``steps.expect`` may take."""
 
 ERROR_MARKERS = re.compile(
     r"Traceback \(most recent call last\)"
@@ -97,7 +102,7 @@ class RuleEvaluator:
         if REFUSAL_MARKERS.search(answer):
             return Judgement("failure", 0.0, "refusal")
         if steps.expect is not None:
-            if re.search(steps.expect, answer):
+            if regex.search(steps.expect, answer, timeout=PATTERN_TIMEOUT_S):
                 return Judgement("success", 1.0, "expected")
             return Judgement("failure", 0.0, "missing")
         return Judgement("success", 0.5, "plausible")

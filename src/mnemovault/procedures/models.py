@@ -6,11 +6,11 @@ The steps graph's structure (unique node ids, no dangling edge, bounded size) is
 
 from __future__ import annotations
 
-import re
 import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+import regex
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator
 
 from mnemovault.models import Provenance
@@ -86,7 +86,8 @@ MAX_EXPECT_CHARS = 200
 
 class Steps(BaseModel):
     """The steps graph: 1..100 nodes, at most 400 edges between them; ``expect`` (optional)
-    a regular expression (Python ``re`` syntax, searched) that a good answer matches, for
+    a regular expression (Python ``re`` syntax, searched with the ``regex`` module under a
+    time limit) that a good answer matches, for
     the ``rule`` evaluator (:mod:`mnemovault.procedures.evaluators`). It is matched against
     the pseudonymised answer, so it may not hold a personal value (refused at capture)."""
 
@@ -103,9 +104,11 @@ class Steps(BaseModel):
             return v
         _name(v, max_len=MAX_EXPECT_CHARS)
         try:
-            re.compile(v)
-        except re.error as exc:
+            regex.compile(v)
+        except regex.error as exc:
             raise ValueError(f"not a valid regular expression ({exc.msg})") from None
+        except (OverflowError, RecursionError, ValueError):
+            raise ValueError("not a valid regular expression (too large)") from None
         return v
 
 
