@@ -1,8 +1,8 @@
 """Procedural memory over HTTP (:mod:`mnemovault.procedures`): capture, read, recall,
-runs, feedback, versions, prune. Permissions: ``memory:write`` to capture, version, record
-runs, give feedback and evaluate runs; ``memory:read`` to read and recall; ``memory:forget`` (and a key
-not limited to a scope or subject) to prune. A question or answer sent here is embedded
-or shown to the evaluator, never stored."""
+runs, feedback, evaluations, versions, prune. Permissions: ``memory:write`` to capture,
+version, record runs, give feedback and evaluate runs; ``memory:read`` to read and recall;
+``memory:forget`` (and a key not limited to a scope or subject) to prune. A question or
+answer sent here is embedded or shown to the evaluator, never stored."""
 
 import uuid
 from collections.abc import Callable

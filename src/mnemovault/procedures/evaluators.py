@@ -204,7 +204,7 @@ def parse_judgement(content: str) -> Judgement:
                              "model")
     words = _WORD.findall(content)
     if len({w.lower() for w in words}) == 1:
-        return Judgement(words[0].lower(), None, "model")  # type: ignore[arg-type]
+        return Judgement(words[0].lower(), None, "model")
     raise Unavailable("evaluator: the model gave no verdict", field="evaluator")
 
 
