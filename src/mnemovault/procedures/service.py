@@ -94,6 +94,7 @@ from mnemovault.pii.pseudonymise import Pseudonymiser
 from mnemovault.procedures import evaluators, ranking
 from mnemovault.procedures import steps as steps_mod
 from mnemovault.procedures.models import (
+    MAX_EXPECT_CHARS,
     Counters,
     EvaluationInput,
     EvaluationReceipt,
@@ -214,8 +215,14 @@ def _sanitised(rt: Runtime, trigger: str, name: str, intent: str | None, s: Step
         if k != "tags" and isinstance(v, str):
             texts[f"provenance.{k}"] = v
             limits[f"provenance.{k}"] = MAX_NAME_CHARS if k in Provenance.model_fields else 1000
+    if s.expect is not None:  # a pattern is refused, not rewritten (it would break)
+        texts["expect"], limits["expect"] = s.expect, MAX_EXPECT_CHARS
     out, families = injection.sanitise_texts(texts, limits,
                                              injection.default_sanitiser(rt.settings))
+    if out.pop("expect", None) != s.expect:
+        raise ValidationError("steps.expect: holds a potential prompt injection (a "
+                              "pattern from a tool is refused, not rewritten)",
+                              field="steps.expect")
     for i, node in enumerate(d["nodes"]):
         if node.get("name") is not None:
             node["name"] = out[f"nodes.{i}"]
