@@ -146,9 +146,11 @@ class ModelEvaluator:
                    timeout_s=s.evaluator_timeout_seconds)
 
     def messages(self, question: str, answer: str, steps: Steps) -> list[dict[str, str]]:
+        """The prompt: the task and the answer fenced by ``<<<``/``>>>`` (which are taken
+        out of both texts, so neither can close its fence early)."""
         tools = " -> ".join(n.tool for n in steps.nodes)
-        user = (f"Task:\n<<<\n{question}\n>>>\n\nSteps taken (tools in order): {tools}\n\n"
-                f"Answer:\n<<<\n{answer}\n>>>")
+        user = (f"Task:\n<<<\n{_unfenced(question)}\n>>>\n\nSteps taken (tools in order): "
+                f"{tools}\n\nAnswer:\n<<<\n{_unfenced(answer)}\n>>>")
         if steps.expect is not None:
             user += f"\n\nA good answer matches the regular expression: {steps.expect}"
         return [{"role": "system", "content": SYSTEM_PROMPT},
@@ -174,6 +176,13 @@ class ModelEvaluator:
 
     def close(self) -> None:
         self._client.close()
+
+
+_FENCE = re.compile(r"<{3,}|>{3,}")
+
+
+def _unfenced(text: str) -> str:
+    return _FENCE.sub(lambda m: m.group(0)[0] * 2, text)
 
 
 _OBJECT = re.compile(r"\{[^{}]*\}")
