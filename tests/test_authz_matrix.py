@@ -273,6 +273,9 @@ TABLE: dict[tuple[str, str], list[Access]] = {
         path_params={"procedure_id": _procedure(w)}, json={"verdict": "success"}))],
     ("POST", "/v1/runs/{run_id}/feedback"): [Access(("memory:write",), lambda w: Request(
         path_params={"run_id": _procedure(w, run=True)}, json={"accuracy": 1}))],
+    ("POST", "/v1/runs/{run_id}/evaluate"): [Access(("memory:write",), lambda w: Request(
+        path_params={"run_id": _procedure(w, run=True)},
+        json={"question": "water the garden?", "answer": "watered"}))],
     ("POST", "/v1/procedures/{procedure_id}/versions"): [Access(("memory:write",),
         lambda w: Request(path_params={"procedure_id": _procedure(w)},
                           json={"steps": {"nodes": [{"id": "b", "tool": "weed"}]}}))],

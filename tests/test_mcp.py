@@ -37,8 +37,8 @@ from tests.servers import serve
 
 TOOLS = {"remember", "recall", "forget", "pin", "unpin", "erase_value", "timeline", "wake",
          "procedure_capture", "procedure_recall", "procedure_run", "procedure_feedback",
-         "subject_memories", "subject_export", "rectify", "subject_erase", "audit_verify",
-         "audit_inclusion_proof"}
+         "procedure_evaluate", "subject_memories", "subject_export", "rectify",
+         "subject_erase", "audit_verify", "audit_inclusion_proof"}
 PLACEHOLDER = re.compile(r"\{[a-z][a-z_]*:p_[0-9a-f]{10}\}")
 Portal = anyio.from_thread.BlockingPortal
 

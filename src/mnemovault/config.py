@@ -168,6 +168,15 @@ class Settings(BaseSettings):
     procedure_candidates: int = Field(default=50, ge=1, le=1000)
     procedure_prune_runs_days: float | None = Field(default=None, gt=0)
     procedure_prune_unused_days: float | None = Field(default=None, gt=0)
+    # run evaluators (mnemovault.procedures.evaluators): the default evaluator's name
+    # (None: "rule" for evaluations; record_run judges only with a configured or named
+    # one); the "model" evaluator's endpoint (None: the chat model's; the chat API key is
+    # reused only with the chat base URL)
+    procedure_evaluator: str | None = Field(default=None, min_length=1, max_length=64)
+    evaluator_model: str | None = None
+    evaluator_base_url: str | None = None
+    evaluator_api_key: str | None = None
+    evaluator_timeout_seconds: float = Field(default=60.0, gt=0)
 
     # chat (SPEC section 5): "offline" answers from the retrieved records with no model;
     # "openai" is any OpenAI-compatible endpoint (OpenAI, Ollama, vLLM, llama.cpp, LiteLLM)

@@ -1,8 +1,8 @@
 """Procedural memory over HTTP (:mod:`mnemovault.procedures`): capture, read, recall,
-runs, feedback, versions, prune. Permissions: ``memory:write`` to capture, version, record
-runs and give feedback; ``memory:read`` to read and recall; ``memory:forget`` (and a key
-not limited to a scope or subject) to prune. A question or answer sent here is embedded
-or shown to the evaluator, never stored."""
+runs, feedback, evaluations, versions, prune. Permissions: ``memory:write`` to capture,
+version, record runs, give feedback and evaluate runs; ``memory:read`` to read and recall;
+``memory:forget`` (and a key not limited to a scope or subject) to prune. A question or
+answer sent here is embedded or shown to the evaluator, never stored."""
 
 import uuid
 from collections.abc import Callable
@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 
 from mnemovault.auth import Principal
 from mnemovault.procedures.models import (
+    EvaluationInput,
+    EvaluationReceipt,
     FeedbackInput,
     Procedure,
     ProcedureHit,
@@ -92,6 +94,16 @@ def procedures_router(vault: MemoryVault, principal: Callable[..., Principal]) -
         """Scores in [0, 1] and an optional verdict; a person's verdict (any key but a
         service key) overrides the evaluator's and the agent's."""
         return vault.procedures.feedback(run_id, body, principal=who,
+                                         request_id=rid(request))
+
+    @router.post("/v1/runs/{run_id}/evaluate", response_model=EvaluationReceipt)
+    def evaluate(run_id: uuid.UUID, body: EvaluationInput, who: Auth,
+                 request: Request) -> EvaluationReceipt:
+        """Judge a recorded run with a named evaluator (``rule``, ``model`` or a registered
+        one; default: the setting, else ``rule``) from its question and answer, which
+        are pseudonymised for the evaluator and never stored. Stores the evaluator's
+        name, verdict and score on the run; a person's verdict stays the effective one."""
+        return vault.procedures.evaluate(run_id, body, principal=who,
                                          request_id=rid(request))
 
     @router.post("/v1/procedures/{procedure_id}/versions", status_code=201,

@@ -7,6 +7,8 @@
     mnemovault procedure recall "fly me to Bergen" --scope ops -k 3
     mnemovault procedure show ID [--runs 10]
     mnemovault procedure run ID --verdict success --duration-ms 850
+    mnemovault procedure evaluate RUN_ID --question "book a flight to Oslo" \\
+        --answer "Booked SK4321" [--evaluator rule]             # or --answer @answer.txt
     mnemovault procedure feedback RUN_ID --verdict failure --accuracy 0.2
     mnemovault procedure version ID --steps @v2.json
     mnemovault procedure prune --runs-days 90 --unused-days 180 [--dry-run]
@@ -187,6 +189,44 @@ def run(
         return
     _show(r, as_json, f"{r.run_id}  {r.verdict}  runs {r.counters.runs}, successes "
                       f"{r.counters.successes}")
+
+
+def _text_arg(value: str, field: str) -> str:
+    """``--question`` / ``--answer``: the text, or ``@path`` of a UTF-8 file."""
+    if not value.startswith("@"):
+        return value
+    try:
+        return Path(value[1:]).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        raise ValidationError(f"{field}: cannot read the file", field=field) from None
+
+
+@group.command("evaluate")
+def evaluate(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    question: Annotated[str, typer.Option(help="The run's question, or @file (judged, "
+                                               "never stored).")],
+    answer: Annotated[str, typer.Option(help="The run's answer, or @file (judged, never "
+                                             "stored).")],
+    evaluator: Annotated[str | None, typer.Option(
+        help="Evaluator name: rule, model or a registered one (default: the setting "
+             "MNEMOVAULT_PROCEDURE_EVALUATOR, else rule).")] = None,
+    as_json: Json = False,
+) -> None:
+    """Judge a recorded run with an evaluator; a person's verdict still wins."""
+    try:
+        item = {"question": _text_arg(question, "question"),
+                "answer": _text_arg(answer, "answer"), "evaluator": evaluator}
+        with _vault(ctx, create=False) as vault:
+            r = vault.procedures.evaluate(run_id, {k: v for k, v in item.items()
+                                                   if v is not None}, trigger="cli")
+    except MnemoError as exc:
+        _fail(exc)
+        return
+    score = "-" if r.score is None else f"{r.score:.2f}"
+    _show(r, as_json, f"{r.run_id}  {r.evaluator}: {r.evaluator_verdict} (score {score}, "
+                      f"{r.reason or '-'})  effective {r.verdict}")
 
 
 @group.command("feedback")

@@ -5,6 +5,8 @@
                                                    {"id": "b", "tool": "book_flight"}],
                                          "edges": [{"source": "a", "target": "b"}]}})
     run = mv.procedures.record_run(r.id, {"verdict": "success", "duration_ms": 850})
+    ev = mv.procedures.evaluate(run.run_id, {"question": "book me a flight to Oslo",
+                                             "answer": "Booked SK4321."}, evaluator="rule")
     mv.procedures.feedback(run.run_id, {"accuracy": 1.0, "verdict": "success"})
     hits = mv.procedures.recall("fly me to Bergen", scope="ops", k=3)
 """
@@ -18,8 +20,10 @@ from typing import Any
 
 from mnemovault.auth import Principal
 from mnemovault.facade import Section
-from mnemovault.procedures import plugins, service
+from mnemovault.procedures import evaluators, plugins, service
 from mnemovault.procedures.models import (
+    EvaluationInput,
+    EvaluationReceipt,
     FeedbackInput,
     Procedure,
     ProcedureHit,
@@ -78,6 +82,23 @@ class ProceduresSection(Section):
         """Feedback on a run; see :func:`mnemovault.procedures.service.feedback`."""
         return service.feedback(self.rt, self._who(principal), run_id, item,
                                 as_agent=as_agent, request_id=request_id, trigger=trigger)
+
+    def evaluate(self, run_id: Id, item: EvaluationInput | dict[str, Any], *,
+                 evaluator: str | None = None, principal: Principal | None = None,
+                 request_id: str | None = None, trigger: str = "api") -> EvaluationReceipt:
+        """Judge a recorded run with a named evaluator; see
+        :func:`mnemovault.procedures.service.evaluate`."""
+        return service.evaluate(self.rt, self._who(principal), run_id, item,
+                                evaluator=evaluator, request_id=request_id, trigger=trigger)
+
+    def register_evaluator(self, name: str, evaluator: Any) -> plugins.Plugins:
+        """Register a named evaluator for this vault (None: unregister);
+        :func:`mnemovault.procedures.plugins.register`."""
+        return plugins.register(self.rt, name, evaluator)
+
+    def evaluators(self) -> list[str]:
+        """The evaluator names this vault knows (built-in and registered)."""
+        return evaluators.names(self.rt)
 
     def prune(self, *, runs_days: float | None = None, unused_days: float | None = None,
               dry_run: bool = False, now: datetime | None = None,

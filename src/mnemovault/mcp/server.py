@@ -23,7 +23,8 @@ required ones and values out of range (the field and the rule, as HTTP's 422 bod
 Tools (each description says what it does to stored data): ``remember``, ``recall``,
 ``forget``, ``pin``, ``unpin``, ``erase_value``, ``timeline``, ``wake``, and procedural
 memory's ``procedure_capture``, ``procedure_recall``, ``procedure_run``,
-``procedure_feedback`` (feedback over MCP is an agent's), the data-subject rights
+``procedure_feedback`` (feedback over MCP is an agent's), ``procedure_evaluate``, the
+data-subject rights
 ``subject_memories``, ``subject_export``, ``rectify``, ``subject_erase`` (returns the
 signed receipt) over the facade's ``subjects`` section (the calls
 :mod:`mnemovault.api.subjects` makes), and the audit log's ``audit_verify`` and
@@ -490,6 +491,28 @@ def build_server(vault: MemoryVault, principal_of: PrincipalSource) -> MCPServer
                 "satisfaction": satisfaction, "verdict": verdict}
         return vault.procedures.feedback(
             run_id, {k: v for k, v in item.items() if v is not None}, as_agent=True,
+            principal=principal_of(ctx), trigger="mcp",
+            request_id=request_id(ctx)).model_dump(mode="json")
+
+    @tool("Evaluate a procedure run")
+    def procedure_evaluate(
+        run_id: Annotated[str, Field(description="The run's id.")],
+        question: Annotated[str, Field(description="The run's question (judged, never "
+                                                   "stored).")],
+        answer: Annotated[str, Field(description="The run's answer (judged, never "
+                                                 "stored).")],
+        ctx: Context,
+        evaluator: Annotated[str | None, Field(description=(
+            "Evaluator name: rule (deterministic), model or one the operator registered; "
+            "default: the configured one."))] = None,
+    ) -> Result:
+        """Have an evaluator judge a recorded run from its question and answer (seen
+        pseudonymised, never stored) and store its name, verdict and score on the run;
+        updates the counters. A person's verdict stays the effective one. One audit row.
+        Needs `memory:write`."""
+        item = {"question": question, "answer": answer, "evaluator": evaluator}
+        return vault.procedures.evaluate(
+            run_id, {k: v for k, v in item.items() if v is not None},
             principal=principal_of(ctx), trigger="mcp",
             request_id=request_id(ctx)).model_dump(mode="json")
 

@@ -10,6 +10,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+import regex
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator
 
 from mnemovault.models import Provenance
@@ -80,13 +81,35 @@ class StepEdge(BaseModel):
         return _name(v)
 
 
+MAX_EXPECT_CHARS = 200
+
+
 class Steps(BaseModel):
-    """The steps graph: 1..100 nodes, at most 400 edges between them."""
+    """The steps graph: 1..100 nodes, at most 400 edges between them; ``expect`` (optional)
+    a regular expression (Python ``re`` syntax, searched with the ``regex`` module under a
+    time limit) that a good answer matches, for
+    the ``rule`` evaluator (:mod:`mnemovault.procedures.evaluators`). It is matched against
+    the pseudonymised answer, so it may not hold a personal value (refused at capture)."""
 
     model_config = ConfigDict(extra="forbid")
 
     nodes: list[StepNode] = Field(min_length=1, max_length=MAX_NODES)
     edges: list[StepEdge] = Field(default_factory=list, max_length=MAX_EDGES)
+    expect: str | None = Field(default=None, min_length=1, max_length=MAX_EXPECT_CHARS)
+
+    @field_validator("expect")
+    @classmethod
+    def _pattern(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        _name(v, max_len=MAX_EXPECT_CHARS)
+        try:
+            regex.compile(v)
+        except regex.error as exc:
+            raise ValueError(f"not a valid regular expression ({exc.msg})") from None
+        except (OverflowError, RecursionError, ValueError):
+            raise ValueError("not a valid regular expression (too large)") from None
+        return v
 
 
 class ProcedureInput(BaseModel):
@@ -174,6 +197,33 @@ class RunInput(BaseModel):
         if v is not None:
             check_text(v, max_len=100_000, allow_newlines=True)
         return v
+
+
+class EvaluationInput(BaseModel):
+    """What an evaluator judges a recorded run by: the run's ``question`` and ``answer``
+    (pseudonymised before any evaluator sees them; never stored) and the evaluator's
+    registered name (None: the setting ``procedure_evaluator``, else ``rule``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    answer: str = Field(min_length=1, max_length=100_000)
+    evaluator: str | None = Field(default=None, min_length=1, max_length=64)
+
+    @field_validator("question")
+    @classmethod
+    def _question(cls, v: str) -> str:
+        return _text(v) or v
+
+    @field_validator("answer")
+    @classmethod
+    def _answer(cls, v: str) -> str:
+        return check_text(v, max_len=100_000, allow_newlines=True)
+
+    @field_validator("evaluator")
+    @classmethod
+    def _evaluator(cls, v: str | None) -> str | None:
+        return _name(v, max_len=64)
 
 
 class FeedbackInput(BaseModel):
@@ -300,6 +350,26 @@ class RunReceipt(BaseModel):
     judged: bool
     evaluator: str | None
     score: float | None
+    counters: Counters
+    audit_seq: int
+
+
+class EvaluationReceipt(BaseModel):
+    """What an evaluation returns: the evaluator's name, verdict, score (and ``reason``,
+    e.g. the rule that decided; returned, never stored), the run's effective verdict after
+    it (a person's, when there is one, stays: ``person_verdict``), the procedure's
+    counters, the audit sequence number."""
+
+    run_id: uuid.UUID
+    procedure_id: uuid.UUID
+    evaluator: str
+    evaluator_verdict: Verdict
+    score: float | None
+    reason: str | None = None
+    verdict: Verdict | None
+    person_verdict: Verdict | None
+    success: bool
+    judged: bool
     counters: Counters
     audit_seq: int
 

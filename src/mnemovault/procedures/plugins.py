@@ -7,15 +7,19 @@
 - An **evaluator** judges a run from its question and answer (both pseudonymised first:
   placeholders, as every model sees them), which it sees and which are never stored. It
   returns a :class:`Judgement`; an evaluator that raises refuses the run as
-  ``Unavailable`` (nothing is stored). None is configured by default.
+  ``Unavailable`` (nothing is stored). None is configured by default for
+  ``record_run``; named evaluators (the built-in ``rule`` and ``model``, and any
+  registered with :func:`register`) judge recorded runs
+  (:mod:`mnemovault.procedures.evaluators`).
 
-Both are set per open vault with :func:`configure` (``mv.procedures.configure(...)``).
+Both are set per open vault with :func:`configure` (``mv.procedures.configure(...)``);
+named evaluators with :func:`register` (``mv.procedures.register_evaluator(...)``).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from mnemovault.procedures.models import Steps, Verdict
@@ -24,10 +28,12 @@ from mnemovault.runtime import Runtime
 
 @dataclass(frozen=True)
 class Judgement:
-    """An evaluator's verdict on a run, and an optional score in [0, 1]."""
+    """An evaluator's verdict on a run, an optional score in [0, 1] and an optional short
+    ``reason`` (returned to the caller of an evaluation, never stored)."""
 
     verdict: Verdict
     score: float | None = None
+    reason: str | None = None
 
 
 class Evaluator(Protocol):
@@ -85,6 +91,8 @@ class KeywordIntent:
 class Plugins:
     intent: IntentExtractor
     evaluator: Evaluator | None = None
+    named: dict[str, Evaluator] = field(default_factory=dict)
+    """Evaluators by name: registered ones, and the built-ins once first used."""
 
 
 _ATTR = "_mnemovault_procedure_plugins"
@@ -110,4 +118,29 @@ def configure(rt: Runtime, *, intent: IntentExtractor | object | None = _KEEP,
         p.intent = intent if intent is not None else KeywordIntent()  # type: ignore[assignment]
     if evaluator is not _KEEP:
         p.evaluator = evaluator  # type: ignore[assignment]
+    return p
+
+
+def register(rt: Runtime, name: str, evaluator: Evaluator | None) -> Plugins:
+    """Register ``evaluator`` under ``name`` for this runtime (None: unregister, so a
+    built-in of that name is used again). The name is recorded on every run it judges.
+
+    Raises:
+        ValidationError: a name that is not an identifier (``IDENT``), or an evaluator
+            that is not callable.
+    """
+    from mnemovault.errors import ValidationError
+    from mnemovault.procedures.models import IDENT
+
+    if not isinstance(name, str) or not re.fullmatch(IDENT, name):
+        raise ValidationError("evaluator: a name is an identifier (letters, digits, "
+                              "_.:/-, at most 64 characters)", field="evaluator")
+    p = plugins(rt)
+    if evaluator is None:
+        p.named.pop(name, None)
+    elif not callable(evaluator):
+        raise ValidationError("evaluator: must be callable (question, answer, steps) -> "
+                              "Judgement", field="evaluator")
+    else:
+        p.named[name] = evaluator
     return p

@@ -13,7 +13,8 @@ How a procedure is stored
     memory, so forget shreds what nothing else uses.
 
 Each operation is one transaction with its audit row: ``PROCEDURE_CAPTURE``,
-``PROCEDURE_VERSION``, ``PROCEDURE_RUN``, ``PROCEDURE_FEEDBACK``, ``PROCEDURE_PRUNE`` (and
+``PROCEDURE_VERSION``, ``PROCEDURE_RUN``, ``PROCEDURE_FEEDBACK``, ``PROCEDURE_EVALUATE``,
+``PROCEDURE_PRUNE`` (and
 the ``FORGET`` row of a prune that deletes). Every capture (procedure, version, run)
 passes the capture guard first (:func:`mnemovault.guard.capture.check_capture`, paths
 ``procedure`` and ``run``) and takes the review gate's initial status
@@ -42,6 +43,16 @@ Verdicts and counters
     concurrent recorders never lose a count. Feedback from a principal of role
     ``service`` (an agent's key), or given ``as_agent``, is the agent's; from anyone else
     a person's.
+
+Evaluations
+    :func:`evaluate` judges a recorded run with a named evaluator
+    (:mod:`mnemovault.procedures.evaluators`) from the question and answer given with the
+    call (pseudonymised before the evaluator sees them, never stored, never audited) and
+    stores the evaluator's name, verdict and score on the run, replacing an earlier
+    evaluator's; the counters follow the run's new effective verdict. A person's verdict
+    is a column no evaluator writes, and it stays the effective one. The evaluator runs
+    outside any transaction (a model call may be slow); the run is locked and re-checked
+    only for the write and its audit row.
 
 Versions
     A new version links to its parent (``parent_id``, ``version`` + 1, same scope and
@@ -80,10 +91,13 @@ from mnemovault.ids import uuid7
 from mnemovault.models import MAX_TAG_CHARS, Provenance
 from mnemovault.pii import service as pii
 from mnemovault.pii.pseudonymise import Pseudonymiser
-from mnemovault.procedures import ranking
+from mnemovault.procedures import evaluators, ranking
 from mnemovault.procedures import steps as steps_mod
 from mnemovault.procedures.models import (
+    MAX_EXPECT_CHARS,
     Counters,
+    EvaluationInput,
+    EvaluationReceipt,
     FeedbackInput,
     Procedure,
     ProcedureHit,
@@ -156,7 +170,13 @@ class _Writer:
         return out
 
     def steps(self, s: Steps) -> dict[str, Any]:
+        """The graph as stored: labels and conditions pseudonymised; ``expect`` kept as
+        written (a pattern), refused when it holds a personal value (it is matched against
+        the pseudonymised answer, where such a value never appears)."""
         d = s.model_dump(exclude_none=True)
+        if s.expect is not None and self.query(s.expect) != s.expect:
+            raise ValidationError("steps.expect: must not hold a personal value (answers "
+                                  "are matched pseudonymised)", field="steps.expect")
         for node in d["nodes"]:
             if "name" in node:
                 node["name"] = self(node["name"])
@@ -195,8 +215,14 @@ def _sanitised(rt: Runtime, trigger: str, name: str, intent: str | None, s: Step
         if k != "tags" and isinstance(v, str):
             texts[f"provenance.{k}"] = v
             limits[f"provenance.{k}"] = MAX_NAME_CHARS if k in Provenance.model_fields else 1000
+    if s.expect is not None:  # a pattern is refused, not rewritten (it would break)
+        texts["expect"], limits["expect"] = s.expect, MAX_EXPECT_CHARS
     out, families = injection.sanitise_texts(texts, limits,
                                              injection.default_sanitiser(rt.settings))
+    if out.pop("expect", None) != s.expect:
+        raise ValidationError("steps.expect: holds a potential prompt injection (a "
+                              "pattern from a tool is refused, not rewritten)",
+                              field="steps.expect")
     for i, node in enumerate(d["nodes"]):
         if node.get("name") is not None:
             node["name"] = out[f"nodes.{i}"]
@@ -489,22 +515,38 @@ def recall(rt: Runtime, who: Principal, question: str, *, scope: str, k: int = 5
 
 
 # -- runs and feedback -----------------------------------------------------------------
-def _judge(rt: Runtime, who: Principal, run: RunInput, s: Steps,
-           evaluator: Any) -> Judgement | None:
-    """The evaluator's judgement of a run's question and answer (pseudonymised), or
-    None when there is no evaluator or nothing to judge."""
+def _evaluator(rt: Runtime, evaluator: Any) -> tuple[str, Any] | None:
+    """The evaluator of a ``record_run`` and the name it records: the call's (a name, or
+    an evaluator object), else the configured plugin, else the setting
+    ``procedure_evaluator``; None when there is none."""
+    if isinstance(evaluator, str):
+        return evaluators.resolve(rt, checked.name(evaluator, "evaluator", max_len=64))
     ev = evaluator if evaluator is not None else plugins(rt).evaluator
-    if ev is None or run.question is None or run.answer is None:
-        return None
-    q, a = pii.redact(rt, who, [run.question, run.answer])
+    if ev is not None:
+        return str(getattr(ev, "name", type(ev).__name__))[:200], ev
+    if rt.settings.procedure_evaluator is not None:
+        return evaluators.resolve(rt, None)
+    return None
+
+
+def _judge(rt: Runtime, who: Principal, question: str, answer: str, s: Steps,
+           name: str, ev: Any) -> Judgement:
+    """``ev``'s judgement of a question and answer, pseudonymised first (lookups only:
+    nothing is written).
+
+    Raises:
+        Unavailable: the evaluator failed or returned no valid judgement.
+    """
+    q, a = pii.redact(rt, who, [question, answer])
     try:
         j = ev(q, a, s)
     except Exception as exc:
-        raise Unavailable(f"evaluator: {getattr(ev, 'name', 'evaluator')!r} failed "
-                          f"({type(exc).__name__}); nothing was stored",
-                          field="evaluator") from None
+        raise Unavailable(f"evaluator: {name!r} failed ({type(exc).__name__}); nothing "
+                          "was stored", field="evaluator") from None
     if not isinstance(j, Judgement) or j.verdict not in ("success", "failure") or (
-            j.score is not None and not 0 <= float(j.score) <= 1):
+            j.score is not None and (isinstance(j.score, bool)
+                                     or not isinstance(j.score, int | float)
+                                     or not 0 <= float(j.score) <= 1)):
         raise Unavailable("evaluator: returned no valid judgement; nothing was stored",
                           field="evaluator")
     return j
@@ -513,8 +555,9 @@ def _judge(rt: Runtime, who: Principal, run: RunInput, s: Steps,
 def record_run(rt: Runtime, who: Principal, procedure_id: uuid.UUID | str,
                item: RunInput | dict[str, Any], *, evaluator: Any = None,
                request_id: str | None = None, trigger: str = "api") -> RunReceipt:
-    """Record a run of a procedure and count it (module docstring). ``evaluator``
-    overrides the configured one for this call. Needs ``memory:write``.
+    """Record a run of a procedure and count it (module docstring). ``evaluator`` (a
+    registered name, or an evaluator object) overrides the configured one for this call;
+    it judges the run when ``question`` and ``answer`` are given. Needs ``memory:write``.
 
     Raises:
         ValidationError: no verdict at all (neither the agent's nor an evaluator's).
@@ -532,12 +575,13 @@ def record_run(rt: Runtime, who: Principal, procedure_id: uuid.UUID | str,
         row = store.get(conn, who.tenant, pid)
         if row is None or not visibility.view(rt, conn, who).within(row):
             raise NotFound("id: no procedure with this id", field="id")
-    judgement = _judge(rt, who, run, Steps(**row["steps"]), evaluator)
+    chosen = _evaluator(rt, evaluator)
+    judgement = None
     ev_name, ev_verdict, score = run.evaluator, run.evaluator_verdict, run.score
-    if judgement is not None:
-        ev = evaluator if evaluator is not None else plugins(rt).evaluator
-        ev_name = str(getattr(ev, "name", type(ev).__name__))[:200]
-        ev_verdict, score = judgement.verdict, judgement.score
+    if chosen is not None and run.question is not None and run.answer is not None:
+        judgement = _judge(rt, who, run.question, run.answer, Steps(**row["steps"]),
+                           *chosen)
+        ev_name, ev_verdict, score = chosen[0], judgement.verdict, judgement.score
     if run.verdict is None and ev_verdict is None:
         raise ValidationError("verdict: a run needs a verdict (the agent's, or an "
                               "evaluator's)", field="verdict")
@@ -614,6 +658,66 @@ def feedback(rt: Runtime, who: Principal, run_id: uuid.UUID | str,
                      details={"run": str(rid), "by": "person" if person else "agent",
                               "verdict": fb.verdict, "success": new["success"]})
         return render_runs(rt, conn, [new])[0]
+
+
+def evaluate(rt: Runtime, who: Principal, run_id: uuid.UUID | str,
+             item: EvaluationInput | dict[str, Any], *, evaluator: Any = None,
+             request_id: str | None = None, trigger: str = "api") -> EvaluationReceipt:
+    """Judge a recorded run with a named evaluator and store its name, verdict and score
+    on the run (module docstring, "Evaluations"). ``item`` holds the run's ``question``
+    and ``answer`` (never stored) and perhaps the evaluator's name; ``evaluator`` (a name)
+    overrides it. Needs ``memory:write`` and a run within the caller's limits.
+
+    Raises:
+        ValidationError: a bad field, or no evaluator of the name (field ``evaluator``).
+        NotFound: no such run visible to the caller (another tenant's, or outside the
+            key's scope or subject).
+        Unavailable: the evaluator failed; nothing was stored.
+    """
+    who.require("memory:write")
+    rid = parse_id(run_id, "run_id")
+    ev_in: EvaluationInput = parse(EvaluationInput, item)
+    chosen = (checked.name(evaluator, "evaluator", max_len=64) if evaluator is not None
+              else ev_in.evaluator)
+    name, ev = evaluators.resolve(rt, chosen)
+    with rt.db.transaction(who.tenant) as conn:
+        run = store.get_run(conn, who.tenant, rid)
+        if run is None or not visibility.view(rt, conn, who).within(run):
+            raise NotFound("run_id: no run with this id", field="run_id")
+        proc = store.get(conn, who.tenant, run["procedure_id"])
+        if proc is None:
+            raise NotFound("run_id: no run with this id", field="run_id")
+    j = _judge(rt, who, ev_in.question, ev_in.answer, Steps(**proc["steps"]), name, ev)
+    score = float(j.score) if j.score is not None else None
+    with rt.db.transaction(who.tenant) as conn:
+        old = store.lock_run(conn, who.tenant, rid)
+        if old is None or not visibility.view(rt, conn, who).within(old):
+            raise NotFound("run_id: no run with this id", field="run_id")
+        new = store.set_evaluation(conn, who.tenant, rid, evaluator=name,
+                                   verdict=j.verdict, score=score)
+        d_s = int(new["success"]) - int(old["success"])
+        d_j = int(new["judged"]) - int(old["judged"])
+        d_js = int(new["success"] and new["judged"]) - int(old["success"] and old["judged"])
+        if d_s or d_j or d_js:
+            counters = store.bump(conn, who.tenant, new["procedure_id"], successes=d_s,
+                                  judged_runs=d_j, judged_successes=d_js)
+        else:
+            counters = store.counters(conn, who.tenant, new["procedure_id"])
+        seq = audit.append(conn, tenant=who.tenant, operation="PROCEDURE_EVALUATE",
+                           actor=who.actor, agent=who.agent,
+                           memory_ids=[str(new["procedure_id"])], trigger=trigger,
+                           request_id=request_id,
+                           details={"run": str(rid), "evaluator": name,
+                                    "verdict": j.verdict, "score": score,
+                                    "success": new["success"],
+                                    "person_verdict_kept": new["person_verdict"]
+                                    is not None})
+    return EvaluationReceipt(
+        run_id=rid, procedure_id=new["procedure_id"], evaluator=name,
+        evaluator_verdict=j.verdict, score=score, reason=j.reason,
+        verdict=new["person_verdict"] or new["evaluator_verdict"] or new["agent_verdict"],
+        person_verdict=new["person_verdict"], success=new["success"], judged=new["judged"],
+        counters=Counters(**{k: counters[k] for k in Counters.model_fields}), audit_seq=seq)
 
 
 # -- prune -----------------------------------------------------------------------------

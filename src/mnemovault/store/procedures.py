@@ -229,6 +229,36 @@ def lock_run(conn: Conn, tenant: str, run_id: uuid.UUID) -> dict[str, Any] | Non
                         "AND r.id = %s FOR UPDATE", (tenant, run_id)).fetchone()
 
 
+def get_run(conn: Conn, tenant: str, run_id: uuid.UUID) -> dict[str, Any] | None:
+    """One run (:data:`RUN_COLUMNS`), or None."""
+    return conn.execute(f"SELECT {RUN_COLUMNS} FROM procedure_runs r WHERE r.tenant_id = %s "
+                        "AND r.id = %s", (tenant, run_id)).fetchone()
+
+
+def set_evaluation(conn: Conn, tenant: str, run_id: uuid.UUID, *, evaluator: str,
+                   verdict: str, score: float | None) -> dict[str, Any]:
+    """Store an evaluator's name, verdict and score on a run (replacing an earlier
+    evaluator's; the person's and the agent's verdicts are other columns, untouched).
+    Returns the run after (:data:`RUN_COLUMNS`)."""
+    row = conn.execute(
+        "UPDATE procedure_runs r SET evaluator = %s, evaluator_verdict = %s, score = %s "
+        f"WHERE r.tenant_id = %s AND r.id = %s RETURNING {RUN_COLUMNS}",
+        (evaluator, verdict, score, tenant, run_id)).fetchone()
+    assert row is not None
+    return dict(row)
+
+
+def counters(conn: Conn, tenant: str, procedure_id: uuid.UUID) -> dict[str, Any]:
+    """A procedure's counters (``runs``, ``successes``, ``judged_runs``,
+    ``judged_successes``, ``first_used``, ``last_used``)."""
+    row = conn.execute(
+        "SELECT runs, successes, judged_runs, judged_successes, first_used, last_used "
+        "FROM procedures WHERE tenant_id = %s AND memory_id = %s",
+        (tenant, procedure_id)).fetchone()
+    assert row is not None
+    return dict(row)
+
+
 def set_feedback(conn: Conn, tenant: str, run_id: uuid.UUID, *, scores: dict[str, float | None],
                  person_verdict: str | None, agent_verdict: str | None,
                  at: datetime) -> dict[str, Any]:
