@@ -88,6 +88,32 @@ def test_marker_forms(tmp_path: Path) -> None:
             blocks(page)
 
 
+def test_unlisted_pages_join_the_nav(tmp_path: Path) -> None:
+    """scripts/docs_nav.py (the mkdocs hook): a page `nav` does not name is appended to the
+    configured section under its title; listed pages and `_` pages are left alone."""
+    import importlib.util as iu
+    from types import SimpleNamespace
+
+    spec = iu.spec_from_file_location("docs_nav", ROOT / "scripts" / "docs_nav.py")
+    assert spec is not None and spec.loader is not None
+    docs_nav = iu.module_from_spec(spec)
+    spec.loader.exec_module(docs_nav)
+    (tmp_path / "a.md").write_text("# A\n")
+    (tmp_path / "new-page.md").write_text("intro\n\n# The new page\n")
+    (tmp_path / "_draft.md").write_text("# Draft\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.md").write_text("# B\n")
+    nav = [{"Home": "a.md"}, {"Features": [{"B": "sub/b.md"}]}]
+    config = SimpleNamespace(nav=nav, docs_dir=str(tmp_path),
+                             extra={"unlisted_pages_section": "Features"})
+    docs_nav.on_config(config)
+    assert config.nav == [{"Home": "a.md"},
+                          {"Features": [{"B": "sub/b.md"}, {"The new page": "new-page.md"}]}]
+    config = SimpleNamespace(nav=[{"Home": "a.md"}], docs_dir=str(tmp_path), extra={})
+    docs_nav.on_config(config)  # no such section: one is made at the end
+    assert config.nav[-1] == {"More": [{"The new page": "new-page.md"}, {"B": "sub/b.md"}]}
+
+
 # ------------------------------------------------------------------------- running blocks
 
 
@@ -137,6 +163,25 @@ def test_docs_block(block: Block, request: pytest.FixtureRequest) -> None:
         _run_bash(block, Path(os.getcwd()))
 
 
+def test_a_failing_example_fails(block_env: dict[str, str], vault: MemoryVault) -> None:
+    """The runner is not a formality: a failing command or a raising line fails the test,
+    and a shell block's `mnemovault` writes into the session's database, in the block's
+    own tenant only."""
+    page, work = ROOT / "docs" / "cli.md", Path(block_env["cwd"])
+    with pytest.raises(AssertionError, match="exited 2"):
+        _run_bash(Block(page, 1, "bash", "mnemovault no-such-command\n"), work)
+    with pytest.raises(AssertionError, match="exited 1"):
+        _run_bash(Block(page, 1, "bash", "mnemovault list --scope s --json | false\n"), work)
+    with pytest.raises(ZeroDivisionError):
+        _run_python(Block(page, 1, "python", "x = 1\n1 / 0\n"))
+    _run_bash(Block(page, 1, "bash", 'mnemovault remember "Ada likes tea" --scope s --json '
+                    "| jq -r .id > id.txt\n"), work)
+    stored = (work / "id.txt").read_text().strip()
+    mine = vault.list(scope="s", principal=vault.principal(block_env["tenant"])).items
+    assert [str(m.id) for m in mine] == [stored]
+    assert stored not in {str(m.id) for m in vault.list(scope="s").items}  # not "default"
+
+
 def _run_python(block: Block) -> None:
     # the code as if at the block's own line, so a traceback points into the page
     code = compile("\n" * (block.line) + block.code, str(block.page), "exec")
@@ -149,11 +194,12 @@ def _run_bash(block: Block, work: Path) -> None:
     from mnemovault.cli import app
 
     bin_dir = work.parent / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     shim = bin_dir / "mnemovault"
     shim.write_text(SHIM.format(python=sys.executable))
     shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
     sock_path = work.parent / "cli.sock"  # short enough: pytest's tmp_path is under /tmp
+    sock_path.unlink(missing_ok=True)
     script = work.parent / "block.sh"
     script.write_text(block.code)
     env = {**os.environ, "MV_DOCS_SOCKET": str(sock_path),
