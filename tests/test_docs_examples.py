@@ -71,6 +71,19 @@ def test_every_page_is_collected() -> None:
     assert len(ran) >= 20, [b.id for b in ran]  # a floor: the collector finds them
 
 
+def test_readme_links_resolve() -> None:
+    """The README is not part of the site (``mkdocs build --strict`` checks the pages'
+    links): each of its relative links names a file or folder of the repository."""
+    import re
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    targets = [t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", text)
+               if not t.startswith(("http://", "https://", "#", "mailto:"))]
+    assert targets, "the README links to the docs"
+    missing = [t for t in targets if not (ROOT / t).exists()]
+    assert missing == []
+
+
 def test_marker_forms(tmp_path: Path) -> None:
     page = tmp_path / "p.md"
     page.write_text("<!-- docs-test: skip needs a server -->\n```bash\ncurl x\n```\n\n"
