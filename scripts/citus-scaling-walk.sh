@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's "Scaling out" steps, as written, on a fresh cluster (ports 9790-9793):
+# docs/scaling.md's "Scaling out" steps, as written, on a fresh cluster (ports 9790-9793):
 # a non-superuser owner, scram for the owner and the app role, authinfo, the revoke, the app writing,
 # db add-node --wait and db remove-node, every tenant recalled after each. Uses ../shared/citus.
 set -euo pipefail

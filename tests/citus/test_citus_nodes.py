@@ -369,7 +369,7 @@ def test_remove_node_drains_it_under_load(vault: MemoryVault, loaded: dict[str, 
 @needs_node
 def test_add_node_with_the_cli_for_the_rest_of_the_session(
         vault: MemoryVault, loaded: dict[str, Any]) -> None:
-    """``db add-node HOST PORT --wait --json`` (the README's command); the node stays, so
+    """``db add-node HOST PORT --wait --json`` (docs/scaling.md's command); the node stays, so
     what runs after this module runs on it."""
     import orjson
 

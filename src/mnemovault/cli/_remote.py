@@ -25,7 +25,7 @@ from urllib.parse import urlencode
 
 EXIT_CODES = {"validation": 2, "not_found": 3, "forbidden": 4, "unauthenticated": 4,
               "conflict": 5, "refused": 5, "unavailable": 6, "config": 7}
-"""The CLI's exit status of each error code (README: exit codes)."""
+"""The CLI's exit status of each error code (docs/cli.md: exit codes)."""
 
 TENANT_HEADER = "x-mnemovault-tenant"
 """Which tenant a local-operator request over the socket acts for (``--tenant``)."""

@@ -46,7 +46,7 @@ On the coordinator the check also requires the global pid's pid to be the backen
 when the global pid names the local node, which closes replay there. What stays true on
 every node: without the key (owner-only on every node) no token can be made for a tenant
 whose token was never shown, and with no tenant set the application role sees no rows.
-The README's "Scaling out" section says how a deployer closes the rest (workers accept the
+docs/scaling.md ("Scaling out") says how a deployer closes the rest (workers accept the
 application role from the coordinator's address only; ``run_command_on_*`` revoked).
 """
 
