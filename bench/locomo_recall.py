@@ -265,12 +265,12 @@ def stored_turns(vault: Any, scopes: list[str]) -> dict[str, list[tuple[Any, str
     out: dict[str, list[tuple[Any, str, str]]] = defaultdict(list)
     with vault.db.transaction(vault.settings.tenant) as conn:
         rows = conn.execute(
-            "SELECT id, scope, content, key_id, content_sealed, provenance->>'dia_id' AS dia_id "
-            "FROM memories "
-            "WHERE scope = ANY(%s) AND status = 'active'", (scopes,)
+            # the sealed columns (0015, 0017): the row factory opens content and provenance
+            "SELECT id, scope, content, key_id, content_sealed, provenance, provenance_sealed "
+            "FROM memories WHERE scope = ANY(%s) AND status = 'active'", (scopes,)
         ).fetchall()
     for r in rows:
-        out[r["scope"]].append((r["id"], r["dia_id"], r["content"]))
+        out[r["scope"]].append((r["id"], (r["provenance"] or {}).get("dia_id"), r["content"]))
 
     def order(t: tuple[Any, str, str]) -> tuple[int, int]:
         s, n = t[1][1:].split(":")

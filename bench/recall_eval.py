@@ -433,11 +433,11 @@ def capture_live(args: argparse.Namespace, corpus: Corpus) -> dict[str, Any]:
         with vault.db.transaction(tenant) as conn:
             rows = conn.execute(
                 "SELECT id, scope, content, key_id, content_sealed, embedding, "
-                "provenance->>'doc' AS doc, "
+                "provenance, provenance_sealed, "
                 "created_at, subject_id FROM memories "
                 "WHERE scope = ANY(%s) AND status = 'active'",
                 (scopes,)).fetchall()
-        out["docs"] = [(r["id"], r["scope"], r["doc"], r["content"],
+        out["docs"] = [(r["id"], r["scope"], (r["provenance"] or {}).get("doc"), r["content"],
                         _vec(r["embedding"]), r["created_at"], r["subject_id"]) for r in rows]
         cap = Capture(vault)
         out["captures"], out["qvecs"], out["live"], lat = [], [], [], []
