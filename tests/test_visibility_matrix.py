@@ -995,6 +995,8 @@ LIBRARY: dict[str, list[str] | str] = {
     "procedures.record_run": "run receipt", "procedures.feedback": "the caller's run",
     "procedures.prune": "counts", "procedures.configure": "plugins",
     "review.approve": "decision", "review.reject": "decision",
+    "review.flag": "decision (a flagged import kept or held for review)",
+    "subjects.erasures": "ledger rows: ids, counts and fingerprints, no record",
     "subjects.erase": "erasure receipt", "subjects.erase_scope": "erasure receipt",
     "subjects.rectify": "rectified (the reveal attacks check it)",
     "subjects.verify_receipt": "a verdict", "subjects.export_ledger": "a count",
