@@ -532,7 +532,9 @@ def create_app(vault: MemoryVault) -> FastAPI:
     if vault is not None and vault.settings.console:  # /console: the web console
         from mnemovault.console import console_router
 
-        app.include_router(console_router(vault))
+        console = console_router(vault)
+        app.include_router(console)
+        app.state.console_sessions = console.sessions  # type: ignore[attr-defined]
     # outermost: request id, route template, body limit and authentication before FastAPI
     # reads a byte of the body (mnemovault.api.edge)
     app.add_middleware(Edge, vault=vault, routes=app.router.routes)
