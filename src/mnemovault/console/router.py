@@ -352,7 +352,7 @@ def console_router(vault: MemoryVault, sessions: SessionStore | None = None) -> 
                           "guard": prov.get("guard_findings") or prov.get("guard"),
                           "captured_by": prov.get("captured_by"),
                           "provenance": {k: v for k, v in sorted(prov.items())
-                                         if k not in ("injection_flags", "review")}})
+                                         if k not in ("injection_flags", "review", "captured_by")}})
         return page("review.html", request, session, who, items=items,
                     next_cursor=queue.next_cursor, first=cursor is None, scope=scope)
 
