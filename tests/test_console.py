@@ -64,7 +64,7 @@ def status_of(vault: MemoryVault, tenant: str, mid: Any) -> str | None:
     return None if row is None else str(row["status"])
 
 
-# -- 1. sign-in, sessions, CSRF, CSP ---------------------------------------------------------
+# -- 1. sign-in, sessions, CSRF, CSP ---------------------------------------------------------------
 def test_signin_page_has_the_csp_and_no_external_asset(client: TestClient) -> None:
     r = client.get("/console/signin")
     assert r.status_code == 200
@@ -87,7 +87,7 @@ def test_signin_sets_a_strict_httponly_cookie_and_signout_revokes_it(
     assert bad.status_code == 401 and client.cookies.get("mv_console") is None
     r = sign_in(client, k["owner"])
     assert r.status_code == 303 and r.headers["location"] == "/console/review"
-    cookie = [c for c in r.headers.get_list("set-cookie") if c.startswith("mv_console=")][0]
+    cookie = next(c for c in r.headers.get_list("set-cookie") if c.startswith("mv_console="))
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/console" in cookie
     assert "Secure" not in cookie  # plain HTTP here; over TLS it is Secure (next test)
     sid = client.cookies.get("mv_console")
@@ -104,7 +104,8 @@ def test_cookie_is_secure_over_tls(vault: MemoryVault, tenant: str) -> None:
     k = keys_of(vault, tenant)
     with TestClient(create_app(vault), base_url="https://testserver") as c:
         r = sign_in(c, k["owner"])
-        cookie = [x for x in r.headers.get_list("set-cookie") if x.startswith("mv_console=")][0]
+        cookie = next(x for x in r.headers.get_list("set-cookie")
+                      if x.startswith("mv_console="))
         assert "Secure" in cookie
 
 
@@ -176,7 +177,7 @@ def test_every_form_needs_the_csrf_token(vault: MemoryVault, tenant: str,
     assert ok.status_code == 303 and status_of(vault, tenant, held.id) == "active"
 
 
-# -- each page shows what the key may see -------------------------------------------------------
+# -- each page shows what the key may see ----------------------------------------------------------
 def test_a_member_gets_no_review_queue(vault: MemoryVault, tenant: str, client: TestClient,
                                        gate: Any) -> None:
     k = keys_of(vault, tenant)
@@ -259,7 +260,8 @@ def test_a_revoked_key_ends_its_session(vault: MemoryVault, tenant: str,
     token, key_id = vault.create_key(tenant, "admin")
     sign_in(client, token)
     assert client.get("/console/audit").status_code == 200
-    vault.revoke_key(key_id, principal=vault.principal(tenant))  # elsewhere (the CLI): the next console request knows
+    # revoked elsewhere (the library, as the CLI does): the next console request knows
+    vault.revoke_key(key_id, principal=vault.principal(tenant))
     r = client.get("/console/audit", follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/console/signin"
 
@@ -307,9 +309,11 @@ def test_subject_lookup_export_rectify_erase_and_the_receipt_verifies(
     assert "attachment" in r.headers["content-disposition"]
     r = client.post("/console/subjects/rectify", data={**base, "memory_id": str(a.id),
                                                        "content": "Iris swims at dusk"})
-    assert "rectified" in r.text and vault.get(a.id, principal=owner).content == "Iris swims at dusk"
+    assert "rectified" in r.text
+    assert vault.get(a.id, principal=owner).content == "Iris swims at dusk"
     r = client.post("/console/subjects/erase", data={**base, "confirm": "iri"})
-    assert r.status_code == 409 and len(vault.subjects.list("iris", scope="s", principal=owner).items) == 2
+    assert r.status_code == 409
+    assert len(vault.subjects.list("iris", scope="s", principal=owner).items) == 2
     r = client.post("/console/subjects/erase", data={**base, "confirm": "iris"})
     assert r.status_code == 200 and "Download the signed receipt" in r.text
     assert vault.subjects.list("iris", scope="s", principal=owner).items == []
@@ -328,7 +332,7 @@ def test_subject_lookup_export_rectify_erase_and_the_receipt_verifies(
     assert f"/console/subjects/receipts/{seq.group(1)}" in page and ">erase<" in page
 
 
-# -- 5. audit ---------------------------------------------------------------------------------------
+# -- 5. audit --------------------------------------------------------------------------------------
 def test_audit_page_verifies_a_good_log_and_catches_a_row_tampered_outside(
         vault: MemoryVault, tenant: str, client: TestClient) -> None:
     k = keys_of(vault, tenant)

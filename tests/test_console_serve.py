@@ -20,7 +20,7 @@ import httpx
 
 from mnemovault.console.router import CSP
 from tests.console_helpers import csrf_of
-from tests.test_kek_live import Serve, _cli, embed_env, fresh_dir  # noqa: F401  (fixtures)
+from tests.test_kek_live import Serve, _cli, embed_env, fresh_dir  # noqa: F401 (fixtures)
 
 EXTERNAL = re.compile(r'(?:src|href|action)="(?!/console|#)([^"]*)"')
 
@@ -34,7 +34,7 @@ def _signed_in(url: str, token: str) -> Iterator[httpx.Client]:
         yield c
 
 
-def test_console_over_mnemovault_serve(fresh_dir: Path, embed_env: dict[str, str],
+def test_console_over_mnemovault_serve(fresh_dir: Path, embed_env: dict[str, str],  # noqa: F811
                                        tmp_path: Path) -> None:
     tokens = {}
     for role in ("owner", "member"):

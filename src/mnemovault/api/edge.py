@@ -108,7 +108,8 @@ console authenticates each request itself, from its session cookie, with the sam
 DELETED_TENANT_OK = frozenset({"/v1/admin/tenants/{tenant_id}/delete/cancel"})
 """Templates whose key may belong to a soft-deleted tenant (cancelling the deletion)."""
 
-CONTENT = frozenset({("POST", "/v1/memories"), ("POST", "/console/subjects/rectify"), ("PUT", "/v1/memories/{memory_id}/content"),
+CONTENT = frozenset({("POST", "/v1/memories"), ("POST", "/console/subjects/rectify"),
+                     ("PUT", "/v1/memories/{memory_id}/content"),
                      ("POST", "/v1/procedures/{procedure_id}/runs"), ("POST", "/mcp")})
 LARGE = frozenset({("POST", "/v1/chat"), ("POST", "/v1/chat/stream"),
                    ("POST", "/v1/chat/completions"), ("POST", "/v1/procedures"),

@@ -39,7 +39,14 @@ from mnemovault import __version__
 from mnemovault.audit.service import deployment_public_key
 from mnemovault.auth import ALL_PERMISSIONS, Principal
 from mnemovault.console.sessions import Session, SessionStore
-from mnemovault.errors import ConfigError, Forbidden, MnemoError, NotFound, Unauthenticated, ValidationError
+from mnemovault.errors import (
+    ConfigError,
+    Forbidden,
+    MnemoError,
+    NotFound,
+    Unauthenticated,
+    ValidationError,
+)
 from mnemovault.guard.sanitise import REDACTION
 from mnemovault.pii.vault import PLACEHOLDER_RE
 from mnemovault.vault import MemoryVault
@@ -122,6 +129,12 @@ def _when(value: Any) -> str:
 _env.filters["when"] = _when
 _env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False,
                                                      default=str, sort_keys=True)
+
+
+def _form(max_length: int = 200, default: str = "") -> Any:
+    """A form field (its own FieldInfo: one shared by two parameters would take one
+    name)."""
+    return Form(default, max_length=max_length)
 
 
 def _headers(response: Response) -> Response:
@@ -261,8 +274,8 @@ def console_router(vault: MemoryVault, sessions: SessionStore | None = None) -> 
         return r
 
     @router.post("/signin")
-    def signin(request: Request, token: Annotated[str, Form(max_length=300)] = "",
-               csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
+    def signin(request: Request, token: str = _form(300),
+               csrf: str = _form()) -> Response:
         pre = request.cookies.get(PRE_COOKIE)
         if not pre or not secrets.compare_digest(pre.encode(), csrf.encode()):
             return page("error.html", request, None, None, status=403, code="csrf",
@@ -271,12 +284,13 @@ def console_router(vault: MemoryVault, sessions: SessionStore | None = None) -> 
         try:
             who = vault.authenticate(token.strip())
         except Unauthenticated as exc:
+            deleted: Principal | None
             try:  # a soft-deleted tenant's admin:delete key may sign in to cancel
-                who = vault.tenants.authenticate(token.strip(), allow_deleted=True)
+                deleted = vault.tenants.authenticate(token.strip(), allow_deleted=True)
             except Unauthenticated:
-                who = None
-            if who is not None:
-                sid, _ = store.create(token.strip(), who.tenant, who.key_id)
+                deleted = None
+            if deleted is not None:
+                sid, _ = store.create(token.strip(), deleted.tenant, deleted.key_id)
                 r = to("/tenants")
                 r.set_cookie(COOKIE, sid, path=PREFIX, httponly=True, samesite="strict",
                              secure=_secure(request))
@@ -287,7 +301,7 @@ def console_router(vault: MemoryVault, sessions: SessionStore | None = None) -> 
             r.set_cookie(PRE_COOKIE, fresh, path=PREFIX, httponly=True, samesite="strict",
                          secure=_secure(request), max_age=3600)
             return r
-        sid, session = store.create(token.strip(), who.tenant, who.key_id)
+        sid, _ = store.create(token.strip(), who.tenant, who.key_id)
         first = next((slug for slug, _, perm in PAGES if perm in who.permissions), "")
         r = to("/" + first if first else "")
         r.set_cookie(COOKIE, sid, path=PREFIX, httponly=True, samesite="strict",
@@ -296,7 +310,7 @@ def console_router(vault: MemoryVault, sessions: SessionStore | None = None) -> 
         return r
 
     @router.post("/signout")
-    def signout(request: Request, csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
+    def signout(request: Request, csrf: str = _form()) -> Response:
         sid = request.cookies.get(COOKIE)
         session = store.get(sid)
         if session is not None and not session.csrf_ok(csrf):
@@ -307,8 +321,8 @@ def console_router(vault: MemoryVault, sessions: SessionStore | None = None) -> 
 
     @router.post("/reveal")
     @guarded
-    def reveal(request: Request, placeholder: Annotated[str, Form(max_length=64)] = "",
-               csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
+    def reveal(request: Request, placeholder: str = _form(64),
+               csrf: str = _form()) -> Response:
         """One placeholder's value for a key with ``pii:reveal``: the facade's audited
         reveal (:meth:`MemoryVault.vault_entry`)."""
         session, who = current(request, csrf=csrf, form=True)
@@ -359,8 +373,8 @@ def console_router(vault: MemoryVault, sessions: SessionStore | None = None) -> 
     def decide(kind: str) -> Callable[..., Response]:
         @guarded
         def handler(request: Request, memory_id: uuid.UUID,
-                    comment: Annotated[str, Form(max_length=2000)] = "",
-                    csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
+                    comment: str = _form(2000),
+                    csrf: str = _form()) -> Response:
             session, who = current(request, csrf=csrf, form=True)
             call = vault.review.approve if kind == "approve" else vault.review.reject
             return act(request, session, who, "/review",
@@ -391,7 +405,7 @@ def console_router(vault: MemoryVault, sessions: SessionStore | None = None) -> 
     @router.post("/flagged/{memory_id}/{action}")
     @guarded
     def flagged_action(request: Request, memory_id: uuid.UUID, action: str,
-                       csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
+                       csrf: str = _form()) -> Response:
         session, who = current(request, csrf=csrf, form=True)
         if action == "forget":
             return act(request, session, who, "/flagged",
@@ -452,15 +466,15 @@ def console_router(vault: MemoryVault, sessions: SessionStore | None = None) -> 
 
     @router.post("/subjects/lookup")
     @guarded
-    def subject_lookup(request: Request, subject: Annotated[str, Form(max_length=200)] = "", scope: Annotated[str, Form(max_length=200)] = "",
-                       csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
+    def subject_lookup(request: Request, subject: str = _form(), scope: str = _form(),
+                       csrf: str = _form()) -> Response:
         session, who = current(request, csrf=csrf, form=True)
         return subject_page(request, session, who, subject.strip(), scope.strip())
 
     @router.post("/subjects/export")
     @guarded
-    def subject_export(request: Request, subject: Annotated[str, Form(max_length=200)] = "", scope: Annotated[str, Form(max_length=200)] = "",
-                       csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
+    def subject_export(request: Request, subject: str = _form(), scope: str = _form(),
+                       csrf: str = _form()) -> Response:
         session, who = current(request, csrf=csrf, form=True)
         try:
             doc = vault.subjects.export(subject.strip(), scope=scope.strip(), principal=who,
@@ -474,9 +488,10 @@ def console_router(vault: MemoryVault, sessions: SessionStore | None = None) -> 
 
     @router.post("/subjects/rectify")
     @guarded
-    def subject_rectify(request: Request, memory_id: Annotated[str, Form(max_length=64)] = "",
-                        content: Annotated[str, Form(max_length=100_000)] = "",
-                        subject: Annotated[str, Form(max_length=200)] = "", scope: Annotated[str, Form(max_length=200)] = "", csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
+    def subject_rectify(request: Request, memory_id: str = _form(64),
+                        content: str = _form(100_000),
+                        subject: str = _form(), scope: str = _form(),
+                        csrf: str = _form()) -> Response:
         session, who = current(request, csrf=csrf, form=True)
         try:
             done = vault.subjects.rectify(memory_id, content, principal=who,
@@ -490,8 +505,8 @@ def console_router(vault: MemoryVault, sessions: SessionStore | None = None) -> 
 
     @router.post("/subjects/erase")
     @guarded
-    def subject_erase(request: Request, subject: Annotated[str, Form(max_length=200)] = "", scope: Annotated[str, Form(max_length=200)] = "",
-                      confirm: Annotated[str, Form(max_length=200)] = "", csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
+    def subject_erase(request: Request, subject: str = _form(), scope: str = _form(),
+                      confirm: str = _form(), csrf: str = _form()) -> Response:
         session, who = current(request, csrf=csrf, form=True)
         subject, scope = subject.strip(), scope.strip()
         if confirm.strip() != subject or not subject:
@@ -579,7 +594,7 @@ def console_router(vault: MemoryVault, sessions: SessionStore | None = None) -> 
 
     @router.post("/audit/verify")
     @guarded
-    def audit_verify(request: Request, csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
+    def audit_verify(request: Request, csrf: str = _form()) -> Response:
         """The full walk (:meth:`AuditService.verify`, as ``mnemovault audit verify``):
         every link and row hash, and the latest checkpoint's root and signature."""
         session, who = current(request, csrf=csrf, form=True)
@@ -601,7 +616,7 @@ def console_router(vault: MemoryVault, sessions: SessionStore | None = None) -> 
 
     @router.post("/audit/checkpoint")
     @guarded
-    def audit_checkpoint(request: Request, csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
+    def audit_checkpoint(request: Request, csrf: str = _form()) -> Response:
         session, who = current(request, csrf=csrf, form=True)
         return act(request, session, who, "/audit",
                    lambda: vault.audit.checkpoint(who, sign_now=True),
@@ -630,7 +645,7 @@ def console_router(vault: MemoryVault, sessions: SessionStore | None = None) -> 
 
     @router.post("/tenants/export")
     @guarded
-    def tenant_export(request: Request, confirm: Annotated[str, Form(max_length=200)] = "", csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
+    def tenant_export(request: Request, confirm: str = _form(), csrf: str = _form()) -> Response:
         session, who = current(request, csrf=csrf, form=True)
         try:
             job = vault.tenants.export(who.tenant, confirm=confirm.strip() or None,
@@ -656,7 +671,7 @@ def console_router(vault: MemoryVault, sessions: SessionStore | None = None) -> 
 
     @router.post("/tenants/delete")
     @guarded
-    def tenant_delete(request: Request, confirm: Annotated[str, Form(max_length=200)] = "", csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
+    def tenant_delete(request: Request, confirm: str = _form(), csrf: str = _form()) -> Response:
         session, who = current(request, csrf=csrf, form=True)
         return act(request, session, who, "/tenants",
                    lambda: vault.tenants.delete(who.tenant, confirm=confirm.strip() or None,
@@ -666,7 +681,7 @@ def console_router(vault: MemoryVault, sessions: SessionStore | None = None) -> 
 
     @router.post("/tenants/cancel")
     @guarded
-    def tenant_cancel(request: Request, csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
+    def tenant_cancel(request: Request, csrf: str = _form()) -> Response:
         session, who = current(request, csrf=csrf, form=True, allow_deleted=True)
         return act(request, session, who, "/tenants",
                    lambda: vault.tenants.cancel_delete(who.tenant, principal=who,
@@ -689,10 +704,10 @@ def console_router(vault: MemoryVault, sessions: SessionStore | None = None) -> 
 
     @router.post("/keys")
     @guarded
-    def key_create(request: Request, role: Annotated[str, Form(max_length=20)] = "member",
-                   name: Annotated[str, Form(max_length=200)] = "", scope: Annotated[str, Form(max_length=200)] = "", subject: Annotated[str, Form(max_length=200)] = "",
+    def key_create(request: Request, role: str = _form(20, "member"),
+                   name: str = _form(), scope: str = _form(), subject: str = _form(),
                    permissions: Annotated[list[str] | None, Form()] = None,
-                   csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
+                   csrf: str = _form()) -> Response:
         session, who = current(request, csrf=csrf, form=True)
 
         def create() -> dict[str, Any]:
@@ -708,7 +723,7 @@ def console_router(vault: MemoryVault, sessions: SessionStore | None = None) -> 
 
     @router.post("/keys/{key_id}/revoke")
     @guarded
-    def key_revoke(request: Request, key_id: uuid.UUID, csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
+    def key_revoke(request: Request, key_id: uuid.UUID, csrf: str = _form()) -> Response:
         session, who = current(request, csrf=csrf, form=True)
 
         def revoke() -> dict[str, Any]:
