@@ -5,7 +5,7 @@ Usage::
 
     python bench/console.py                      # 10,000 pending items, 1,000,000 audit rows
     python bench/console.py --quick              # 1,000 and 20,000 (what CI runs, < 60 s)
-    python bench/console.py --pending 10000 --audit-rows 1000000 --out bench/results/console.json
+    python bench/console.py --pending 10000 --audit-rows 1000000   # = the default
 
 In a fresh embedded PostgreSQL (a deterministic random-vector stand-in embedder: no model):
 
@@ -148,7 +148,8 @@ def main() -> None:
     ap.add_argument("--pending", type=int)
     ap.add_argument("--audit-rows", type=int)
     ap.add_argument("--repeat", type=int)
-    ap.add_argument("--out", type=Path)
+    ap.add_argument("--out", type=Path, help="default bench/results/console.json "
+                    "(console_quick.json with --quick)")
     a = ap.parse_args()
     size = QUICK if a.quick else FULL
     pending = a.pending or size["pending"]
@@ -216,8 +217,9 @@ def main() -> None:
         shutil.rmtree(data_dir, ignore_errors=True)
     out["seconds"] = round(time.perf_counter() - started, 1)
     text = json.dumps(out, indent=2, default=str)
-    if a.out:
-        a.out.write_text(text + "\n")
+    results = Path(__file__).resolve().parent / "results"
+    target = a.out or results / ("console_quick.json" if a.quick else "console.json")
+    target.write_text(text + "\n")
     print(text)
 
 
