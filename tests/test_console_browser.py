@@ -345,6 +345,24 @@ def test_csrf_refused_without_the_token_and_the_csp_holds(b: Any, vault: MemoryV
     assert status_of(vault, tenant, held.id) == "pending_review"
 
 
+def test_an_owner_reveals_one_placeholder_with_a_click_audited(
+        b: Any, vault: MemoryVault, tenant: str, gate: Any) -> None:
+    k = keys_of(vault, tenant)
+    held = vault.remember("Send the glaze recipe to tomas@example.org", scope="s",
+                          principal=vault.authenticate(k["member"]))
+    sign_in(b, k["owner"])
+    item = b.find_element(By.ID, f"item-{held.id}")
+    assert "tomas@example.org" not in b.page_source
+    before = len(b"".join(vault.audit.export(vault.principal(tenant))).splitlines())
+    item.find_element(By.CSS_SELECTOR, "form.reveal button").click()
+    WebDriverWait(b, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".revealed"))
+    assert b.find_element(By.CSS_SELECTOR, ".revealed").text == "tomas@example.org"
+    assert b.current_url.endswith("/console/review")  # in place: the page stayed
+    rows = [json.loads(x) for x in
+            b"".join(vault.audit.export(vault.principal(tenant))).splitlines()[before:]]
+    assert [r["operation"] for r in rows] == ["REVEAL"]
+
+
 @pytest.mark.parametrize("width", [1280, 390])
 def test_every_page_fits_at_1280_and_390_px(b: Any, vault: MemoryVault, tenant: str,
                                             width: int, gate: Any) -> None:
