@@ -138,6 +138,7 @@ def test_no_import_circles() -> None:
 
 # ``mnemovault.__main__`` (``python -m mnemovault``) is the CLI's entry point: an interface
 INTERFACES = ("mnemovault.api", "mnemovault.cli", "mnemovault.mcp", "mnemovault.integrations",
+              "mnemovault.console",
               "mnemovault.__main__")
 
 

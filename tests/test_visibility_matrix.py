@@ -1000,6 +1000,8 @@ LIBRARY: dict[str, list[str] | str] = {
     "procedures.evaluate": "evaluation receipt (NotFound outside its limits)",
     "procedures.register_evaluator": "plugins", "procedures.evaluators": "evaluator names",
     "review.approve": "decision", "review.reject": "decision",
+    "review.flag": "decision (a flagged import kept or held for review)",
+    "subjects.erasures": "ledger rows: ids, counts and fingerprints, no record",
     "subjects.erase": "erasure receipt", "subjects.erase_scope": "erasure receipt",
     "subjects.rectify": "rectified (the reveal attacks check it)",
     "subjects.verify_receipt": "a verdict", "subjects.export_ledger": "a count",

@@ -282,6 +282,12 @@ class Settings(BaseSettings):
     # the CLI talks to a running `mnemovault server` of its data dir (issue 28; read by
     # mnemovault.cli._remote before these settings are loaded); false: always local
     use_server: bool = True
+    # the web console (issue 25; mnemovault.console) at /console of `mnemovault serve`: on
+    # by default; its sessions (in this process's memory) end after console_idle_minutes
+    # without a request and console_absolute_hours after sign-in, whichever comes first
+    console: bool = True
+    console_idle_minutes: float = Field(default=30.0, gt=0, le=24 * 60)
+    console_absolute_hours: float = Field(default=12.0, gt=0, le=24 * 30)
 
 
 def get_settings() -> Settings:

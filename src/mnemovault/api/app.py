@@ -529,6 +529,12 @@ def create_app(vault: MemoryVault) -> FastAPI:
     app.include_router(subjects_router(vault, principal))
     app.include_router(tenants_router(vault, principal))
     app.include_router(mcp_router(vault))  # /mcp: MCP over streamable HTTP
+    if vault is not None and vault.settings.console:  # /console: the web console
+        from mnemovault.console import console_router
+
+        console = console_router(vault)
+        app.include_router(console)
+        app.state.console_sessions = console.sessions  # type: ignore[attr-defined]
     # outermost: request id, route template, body limit and authentication before FastAPI
     # reads a byte of the body (mnemovault.api.edge)
     app.add_middleware(Edge, vault=vault, routes=app.router.routes)

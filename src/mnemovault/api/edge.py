@@ -100,10 +100,16 @@ multi-byte script is over it: send it in smaller batches, or raise the setting."
 PUBLIC = frozenset({"/health", "/docs", "/openapi.json", "/v1/agents/register"})
 """Templates that need no key (every other matched route is authenticated at the edge)."""
 
+CONSOLE = "/console"
+"""The web console's prefix (:mod:`mnemovault.console`): public at the edge, since the
+console authenticates each request itself, from its session cookie, with the same
+:meth:`MemoryVault.authenticate` (the session holds the key it was opened with)."""
+
 DELETED_TENANT_OK = frozenset({"/v1/admin/tenants/{tenant_id}/delete/cancel"})
 """Templates whose key may belong to a soft-deleted tenant (cancelling the deletion)."""
 
-CONTENT = frozenset({("POST", "/v1/memories"), ("PUT", "/v1/memories/{memory_id}/content"),
+CONTENT = frozenset({("POST", "/v1/memories"), ("POST", "/console/subjects/rectify"),
+                     ("PUT", "/v1/memories/{memory_id}/content"),
                      ("POST", "/v1/procedures/{procedure_id}/runs"), ("POST", "/mcp")})
 LARGE = frozenset({("POST", "/v1/chat"), ("POST", "/v1/chat/stream"),
                    ("POST", "/v1/chat/completions"), ("POST", "/v1/procedures"),
@@ -277,7 +283,8 @@ class Edge:
                 regex, _, _ = compile_path(path)
                 # one policy per route: a POST route's method decides its class
                 method = "POST" if not methods or "POST" in methods else sorted(methods)[0]
-                public = path in PUBLIC
+                public = (path in PUBLIC or path == CONSOLE
+                          or path.startswith(CONSOLE + "/"))
                 table.append((regex, methods, RoutePolicy(
                     template=path, max_body=body_limit(method, path, settings),
                     public=public, deleted_ok=path in DELETED_TENANT_OK,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import uuid
+from typing import Any
 
 from mnemovault.auth import Principal
 from mnemovault.facade import Section
@@ -44,6 +45,14 @@ class ReviewSection(Section):
         """Reject a pending item (deleted, or a version kept as rejected history)."""
         return review.reject(self.rt, self._who(principal), memory_id, comment=comment,
                              request_id=request_id)
+
+    def flag(self, memory_id: uuid.UUID | str, action: str, *,
+             principal: Principal | None = None,
+             request_id: str | None = None) -> dict[str, Any]:
+        """Keep a flagged import, or send it to review; see
+        :func:`mnemovault.governance.review.flag`."""
+        return review.flag(self.rt, self._who(principal), memory_id, action,
+                           request_id=request_id)
 
     def pending(self, *, scope: str | None = None,
                 principal: Principal | None = None) -> builtins.list[uuid.UUID]:

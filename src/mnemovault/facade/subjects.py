@@ -117,6 +117,12 @@ class SubjectsSection(Section):
         :func:`mnemovault.subjects.ledger.export`."""
         return ledger.export(self.rt, self._who(principal), path)
 
+    def erasures(self, *, before: int | None = None, limit: int = 20,
+                 principal: Principal | None = None) -> dict[str, Any]:
+        """The erasure ledger's rows newest first; see
+        :func:`mnemovault.subjects.ledger.recent`."""
+        return ledger.recent(self.rt, self._who(principal), before=before, limit=limit)
+
     def reapply_erasures(self, path: Path | None = None, *,
                          principal: Principal | None = None) -> Reapplied:
         """Remove again what the ledger file(s) list; see

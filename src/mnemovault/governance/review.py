@@ -273,3 +273,56 @@ def reject(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, *,
     return ReviewDecision(id=mid, decision="rejected", status=status,  # type: ignore[arg-type]
                           reviewer=who.actor, deleted=deleted, restored=restored,
                           audit_seq=seq)
+
+
+def flag(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, action: str, *,
+         request_id: str | None = None) -> dict[str, Any]:
+    """A person's decision on a record the injection sanitiser flagged on import
+    (``provenance.injection_flags``; the third choice, forget, is the forget path):
+
+    * ``keep``: the record stays as it is (the redactions stay); ``provenance.flag_review
+      = "kept"`` records that a person looked at it.
+    * ``review``: the record is held for review (``pending_review``, not recalled), as the
+      review gate holds a new capture, with the caller as its ``captured_by``: another
+      reviewer decides it (separation of duties). ``flag_review = "sent_to_review"``.
+
+    One transaction with its ``FLAG_KEEP`` or ``FLAG_REVIEW`` audit row (trigger
+    ``review``, the record's id, the families flagged). Needs ``review:approve``.
+
+    Returns ``{"id", "outcome" ("kept" | "sent_to_review"), "status", "audit_seq"}``.
+
+    Raises:
+        Forbidden: missing ``review:approve``.
+        NotFound: no such id for this caller, or the record was not flagged.
+        Conflict: ``review`` of a record that is not active (pending, superseded).
+        ValidationError: an action that is neither ``keep`` nor ``review``; a malformed id.
+    """
+    who.require("review:approve")
+    if action not in ("keep", "review"):
+        raise ValidationError("action: must be keep or review (forget is the forget path)",
+                              field="action")
+    mid = parse_id(memory_id, "id")
+    with rt.db.transaction(who.tenant) as conn:
+        row = store.lock(conn, who.tenant, mid)
+        if row is None or not visibility.view(rt, conn, who).within(row):
+            raise NotFound("id: no memory with this id", field="id")
+        flags = (row["provenance"] or {}).get("injection_flags")
+        if not flags:
+            raise NotFound("id: this memory was not flagged by the injection sanitiser",
+                           field="id")
+        if action == "review":
+            if row["status"] != "active":
+                raise Conflict(f"id: only an active record can be sent to review (status "
+                               f"{row['status']})", field="id", status=row["status"])
+            store.hold(conn, who.tenant, [mid], captured_by=who.actor)
+            outcome, status = "sent_to_review", "pending_review"
+        else:
+            outcome, status = "kept", row["status"]
+        store.mark_flag(conn, who.tenant, mid, outcome)
+        seq = audit.append(conn, tenant=who.tenant,
+                           operation="FLAG_REVIEW" if action == "review" else "FLAG_KEEP",
+                           actor=who.actor, agent=who.agent, memory_ids=[str(mid)],
+                           trigger="review", request_id=request_id,
+                           details={"reviewer": who.actor, "outcome": outcome,
+                                    "families": str(flags).split(",")})
+    return {"id": mid, "outcome": outcome, "status": status, "audit_seq": seq}

@@ -124,6 +124,24 @@ def rows_between(conn: psycopg.Connection[Any], tenant: str, after: int, until: 
         "ORDER BY seq LIMIT %s", (tenant, after, until, until, limit)).fetchall())
 
 
+def ts_at(conn: psycopg.Connection[Any], tenant: str, seq: int) -> datetime | None:
+    """The ``ts`` of row ``seq`` of ``tenant`` (None when there is no such row); one
+    primary-key lookup."""
+    row = conn.execute("SELECT ts FROM audit_log WHERE tenant_id = %s AND seq = %s",
+                       (tenant, seq)).fetchone()
+    return row["ts"] if row else None
+
+
+def rows_before(conn: psycopg.Connection[Any], tenant: str, *, low: int, high: int,
+                limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` rows with ``low <= seq <= high``, newest first: ``{"seq", "ts",
+    "operation", "row_bytes"}`` (a backward primary-key range scan)."""
+    return list(conn.execute(
+        "SELECT seq, ts, operation, row_bytes FROM audit_log WHERE tenant_id = %s "
+        "AND seq >= %s AND seq <= %s ORDER BY seq DESC LIMIT %s",
+        (tenant, low, high, limit)).fetchall())
+
+
 # -- audit_nodes -------------------------------------------------------------------------
 
 

@@ -68,6 +68,15 @@ def after(conn: Conn, tenant: str, seq: int, limit: int) -> list[dict[str, Any]]
                         (tenant, seq, limit)).fetchall()
 
 
+def before(conn: Conn, tenant: str, seq: int | None, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` rows of ``tenant`` with ``audit_seq`` < ``seq`` (None: any), newest
+    first."""
+    return conn.execute(f"SELECT {COLUMNS} FROM erasure_ledger WHERE tenant_id = %s "
+                        "AND (%s::bigint IS NULL OR audit_seq < %s) "
+                        "ORDER BY audit_seq DESC LIMIT %s",
+                        (tenant, seq, seq, limit)).fetchall()
+
+
 def id_at(conn: Conn, tenant: str, seq: int) -> uuid.UUID | None:
     """The id of ``tenant``'s row at ``audit_seq`` = ``seq``, or None."""
     row = conn.execute("SELECT id FROM erasure_ledger WHERE tenant_id = %s AND audit_seq = %s",

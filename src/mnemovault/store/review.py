@@ -124,6 +124,19 @@ def pending(conn: Conn, tenant: str, *, scope: str | None, subject: str | None,
                         "LIMIT %(limit)s", params).fetchall()
 
 
+FLAG_REVIEW = "flag_review"
+"""The provenance key of a flagged import's decision (:func:`mnemovault.governance.review.
+flag`): ``kept`` or ``sent_to_review``."""
+
+
+def mark_flag(conn: Conn, tenant: str, memory_id: uuid.UUID, outcome: str) -> bool:
+    """Record a flagged import's decision in its provenance; whether the row was there."""
+    cur = conn.execute("UPDATE memories SET provenance = provenance || %s "
+                       "WHERE tenant_id = %s AND id = %s",
+                       (Jsonb({FLAG_REVIEW: outcome}), tenant, memory_id))
+    return cur.rowcount == 1
+
+
 def lock(conn: Conn, tenant: str, memory_id: uuid.UUID) -> dict[str, Any] | None:
     """The row of ``memory_id`` (:data:`~mnemovault.store.memories.COLUMNS`), locked ``FOR
     UPDATE``; None when there is none."""

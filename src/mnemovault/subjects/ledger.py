@@ -755,3 +755,30 @@ def _inside(d: Path, data_dir: Path) -> bool:
         return True
     except ValueError:
         return False
+
+
+def recent(rt: Runtime, who: Principal, *, before: int | None = None,
+           limit: int = 20) -> dict[str, Any]:
+    """The tenant's ledger rows newest first (ids, counts and fingerprints, never content):
+    ``{"items": [{"audit_seq", "kind", "at", "request_id", "subject_fp", "scope_fp",
+    "memories", "placeholders", "rectified"}], "next_before"}`` (keyset on ``audit_seq``).
+    Needs ``subject:erase`` and a key not limited to a scope or subject (the ledger spans
+    the tenant).
+
+    Raises:
+        Forbidden: missing ``subject:erase``, or a limited key.
+        ValidationError: ``limit`` outside 1..100.
+    """
+    who.require("subject:erase")
+    who.require_unlimited("erasure ledger")
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100:
+        raise ValidationError("limit: must be an integer in 1..100", field="limit")
+    with rt.db.transaction(who.tenant) as conn:
+        rows = store.before(conn, who.tenant, before, limit + 1)
+    items = [{"audit_seq": int(r["audit_seq"]), "kind": r["kind"], "at": r["at"],
+              "request_id": r["request_id"], "subject_fp": r["subject_fp"],
+              "scope_fp": r["scope_fp"], "memories": len(r["memory_ids"] or []),
+              "placeholders": len(r["placeholders"] or []),
+              "rectified": len(r["rectified"] or [])} for r in rows[:limit]]
+    return {"items": items,
+            "next_before": items[-1]["audit_seq"] if len(rows) > limit else None}
