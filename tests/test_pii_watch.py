@@ -32,7 +32,7 @@ def _name() -> str:
 
 def _row(vault: MemoryVault, tenant: str, mid: Any) -> dict[str, Any]:
     with vault.db.transaction(tenant) as conn:
-        row = conn.execute("SELECT id, key_id, content_sealed, embedding::text AS emb, "
+        row = conn.execute("SELECT id, key_id, content_sealed AS blob, embedding::text AS emb, "
                            "version, tsv::text AS tsv FROM memories WHERE id = %s",
                            (mid,)).fetchone()
     assert row is not None
@@ -91,12 +91,12 @@ def test_an_earlier_record_gets_the_placeholder(vault: MemoryVault, tenant: str)
     got = vault.get(early.id, principal=who)
     assert name not in got.content and placeholder in got.content
     assert got.content == f"Met {placeholder} at the harbour to talk about the blue boat"
-    assert got.version == 2 and got.status == "active" and got.subject_id == "ada"
+    assert got.version == 2 and got.status == "active" and got.subject == "ada"
     assert vault.get(early.id, principal=who, reveal=True).content.startswith(f"Met {name} ")
     after = _row(vault, tenant, early.id)
     assert after["emb"] != before["emb"]  # re-embedded
     assert after["key_id"] == before["key_id"]  # the same subject key
-    assert after["content_sealed"] != before["content_sealed"]
+    assert after["blob"] != before["blob"]
     assert not _posted(vault, tenant, early.id, name)  # the clear term's hash is gone
     # the clear form is on no page of the listing and in no recall result
     pages = _all_contents(vault, tenant, "s")
