@@ -235,11 +235,13 @@ def _run(rt: Runtime, who: Principal, *, dry_run: bool, full: bool, batch: int,
             rep.full = True
             everyone = set(store.all_ids(conn, tenant))
             per_value = {p: everyone for p in per_value}
+            ids = sorted(everyone)
+        else:
+            ids = sorted(set().union(*per_value.values())) if per_value else []
         if not dry_run:
             store.mark_seen(conn, tenant, placeholders, started)
         keys = rt.pii.existing_tenant_keys(conn, tenant)
         known = rt.pii.known_index(conn, keys) if keys is not None else None
-    ids = sorted(set().union(*per_value.values())) if per_value else []
     rep.candidates = len(ids)
     deferred: set[uuid.UUID] = set()
     done = 0
