@@ -18,7 +18,6 @@ from typer.testing import CliRunner
 from mnemovault.api import create_app
 from mnemovault.cli import app as cli_app
 from mnemovault.errors import Forbidden
-from mnemovault.pii.vault import PLACEHOLDER_RE
 from mnemovault.recall import terms
 from mnemovault.vault import MemoryVault
 from tests.subjects_world import audit_rows

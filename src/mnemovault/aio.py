@@ -201,6 +201,8 @@ class AsyncMemoryVault:
     shred = _Bridge(MemoryVault.shred)
     vault_export = _Bridge(MemoryVault.vault_export)
     rotate_kek = _Bridge(MemoryVault.rotate_kek)
+    pii_watch = _Bridge(MemoryVault.pii_watch)
+    pii_watch_all = _Bridge(MemoryVault.pii_watch_all)
     health = _Bridge(MemoryVault.health)
 
     @property

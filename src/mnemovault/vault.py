@@ -69,8 +69,8 @@ from mnemovault.models import (
     WakeState,
 )
 from mnemovault.pii import rotation
-from mnemovault.pii import watch as pii_watch_mod
 from mnemovault.pii import service as pii
+from mnemovault.pii import watch as pii_watch_mod
 from mnemovault.pii.crypto import KeyRing
 from mnemovault.pii.detect import Detector
 from mnemovault.pii.vault import PiiVault
