@@ -49,6 +49,21 @@ def _posted(vault: MemoryVault, tenant: str, mid: Any, word: str) -> bool:
     return bool(row and row["n"])
 
 
+def _df(vault: MemoryVault, tenant: str, scope: str, word: str) -> int:
+    """The BM25 document frequency of ``word``'s keyed lexeme in ``scope`` (base rows plus
+    the deltas not folded yet)."""
+    with vault.db.transaction(tenant) as conn:
+        key = terms.tenant_key(vault.pii, conn, tenant, create=False)
+        assert key is not None
+        (lexeme,) = terms.query(key, word)
+        row = conn.execute(
+            "SELECT coalesce((SELECT df FROM lexical_df WHERE scope = %(s)s AND lexeme = "
+            "%(l)s), 0) + coalesce((SELECT sum(n) FROM lexical_stat_deltas WHERE scope = "
+            "%(s)s AND lexeme = %(l)s), 0) AS df", {"s": scope, "l": lexeme}).fetchone()
+    assert row is not None
+    return int(row["df"])
+
+
 def _watch_rows(vault: MemoryVault, tenant: str) -> list[dict[str, Any]]:
     return [json.loads(r) for r in audit_rows(vault, tenant) if b'"PII_WATCH"' in r]
 
@@ -77,6 +92,7 @@ def test_an_earlier_record_gets_the_placeholder(vault: MemoryVault, tenant: str)
     before = _row(vault, tenant, early.id)
     assert name in vault.get(early.id, principal=who).content  # not known yet: plain
     assert _posted(vault, tenant, early.id, name)
+    assert _df(vault, tenant, "s", name) == 1
 
     later = vault.remember(f"{name} called about the boat again", scope="s",
                            entities=[{"kind": "person", "value": name}], principal=who)
@@ -97,6 +113,9 @@ def test_an_earlier_record_gets_the_placeholder(vault: MemoryVault, tenant: str)
     assert after["key_id"] == before["key_id"]  # the same subject key
     assert after["blob"] != before["blob"]
     assert not _posted(vault, tenant, early.id, name)  # the clear term's hash is gone
+    assert _df(vault, tenant, "s", name) == 0  # and counts in no statistic
+    vault.db.fold_lexical(tenant, wait=True)
+    assert _df(vault, tenant, "s", name) == 0
     # the clear form is on no page of the listing and in no recall result
     pages = _all_contents(vault, tenant, "s")
     assert len(pages) == 3 and not any(name in c for c in pages)
@@ -252,3 +271,23 @@ def test_permissions_and_surfaces(vault: MemoryVault, tenant: str, tmp_path: Any
     out = json.loads(res.stdout)
     assert out["rewritten"] == [str(early.id)] and out["values_done"] == 1
     assert name not in vault.get(early.id, principal=who).content
+
+
+def test_a_subject_being_erased_is_deferred_to_the_next_run(vault: MemoryVault,
+                                                           tenant: str) -> None:
+    from mnemovault.store import subjects as subject_store
+
+    who = vault.principal(tenant)
+    name = _name()
+    held = vault.remember(f"{name} visited dana", scope="s", subject="dana", principal=who)
+    free = vault.remember(f"{name} visited erin", scope="s", subject="erin", principal=who)
+    vault.remember("q", scope="s", entities=[{"kind": "person", "value": name}], principal=who)
+    with vault.db.transaction(tenant) as conn:  # an erase of dana holds its lock
+        subject_store.lock_for_erase(conn, tenant, "s", "dana")
+        rep = vault.pii_watch(principal=who, settle_seconds=0)
+    assert rep.rewritten == [str(free.id)] and rep.deferred == [str(held.id)]
+    assert rep.values_done == 0  # the value stays pending for the deferred record
+    assert name in vault.get(held.id, principal=who).content
+    again = vault.pii_watch(principal=who, settle_seconds=0)
+    assert again.rewritten == [str(held.id)] and again.values_done == 1
+    assert name not in vault.get(held.id, principal=who).content

@@ -76,10 +76,13 @@ def mark_watched(conn: Conn, tenant: str, placeholders: Sequence[str], at: datet
 
 
 def scopes(conn: Conn, tenant: str) -> list[str]:
-    """The tenant's scopes (the postings' second key column)."""
+    """The tenant's scopes with live memories (the postings' second key column): those
+    the BM25 statistics know (base rows and deltas: migrations 0009 and 0016 count the
+    same live memories the postings hold), a few small rows instead of the memories."""
     return [r["scope"] for r in conn.execute(
-        "SELECT DISTINCT scope FROM memories WHERE tenant_id = %s ORDER BY scope",
-        (tenant,)).fetchall()]
+        "SELECT scope FROM lexical_scope_stats WHERE tenant_id = %(t)s UNION "
+        "SELECT scope FROM lexical_stat_deltas WHERE tenant_id = %(t)s AND lexeme IS NULL "
+        "ORDER BY scope", {"t": tenant}).fetchall()]
 
 
 def live_term_hits(conn: Conn, tenant: str, scope_list: Sequence[str],
