@@ -9,12 +9,12 @@ Quortelli``: not known when they were written), and ``HITS`` more hold only the 
 (near misses: one of the two terms). Then the person is passed as an entity on one new
 remember, and, timed:
 
-* ``dry_run_s``: ``mv.pii_watch(dry_run=True)`` (finds and confirms, writes nothing);
-* ``watch_s``: ``mv.pii_watch()``: candidates by keyed-term postings, each opened and
+* ``dry_run_s``: ``mv.pii_watch.run(dry_run=True)`` (finds and confirms, writes nothing);
+* ``watch_s``: ``mv.pii_watch.run()``: candidates by keyed-term postings, each opened and
   confirmed, the ``HITS`` records rewritten (sealed, re-embedded, re-indexed) with their
   audit row;
 * ``second_s``: the next run (nothing pending: the incremental no-op);
-* ``full_scan_s``: ``mv.pii_watch(full=True, dry_run=True)``: every record opened and run
+* ``full_scan_s``: ``mv.pii_watch.run(full=True, dry_run=True)``: every record opened and run
   through the detectors (the baseline the postings avoid).
 
 Build (untimed; ``--build``): ``real`` sends the rows through ``remember_many`` (batches of
@@ -169,21 +169,21 @@ def run_size(n: int, mode: str) -> dict[str, Any]:
         say(f"N={n}: built ({mode}) in {build_s:.1f} s")
 
         # the values the vault held before (none of the plain texts above): all covered
-        vault.pii_watch(principal=who, settle_seconds=0)
+        vault.pii_watch.run(principal=who, settle_seconds=0)
         vault.remember(f"{PERSON} called back", scope="s",
                        entities=[{"kind": "person", "value": PERSON}], principal=who)
 
         t = time.perf_counter()
-        dry = vault.pii_watch(principal=who, dry_run=True, settle_seconds=0)
+        dry = vault.pii_watch.run(principal=who, dry_run=True, settle_seconds=0)
         dry_s = time.perf_counter() - t
         t = time.perf_counter()
-        rep = vault.pii_watch(principal=who, settle_seconds=0)
+        rep = vault.pii_watch.run(principal=who, settle_seconds=0)
         watch_s = time.perf_counter() - t
         t = time.perf_counter()
-        again = vault.pii_watch(principal=who, settle_seconds=0)
+        again = vault.pii_watch.run(principal=who, settle_seconds=0)
         second_s = time.perf_counter() - t
         t = time.perf_counter()
-        full = vault.pii_watch(principal=who, full=True, dry_run=True, settle_seconds=0)
+        full = vault.pii_watch.run(principal=who, full=True, dry_run=True, settle_seconds=0)
         full_s = time.perf_counter() - t
         assert len(dry.rewritten) == len(rep.rewritten) == HITS, (dry, rep)
         assert again.rewritten == [] and full.rewritten == [], (again, full)

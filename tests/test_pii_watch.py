@@ -97,10 +97,10 @@ def test_an_earlier_record_gets_the_placeholder(vault: MemoryVault, tenant: str)
     later = vault.remember(f"{name} called about the boat again", scope="s",
                            entities=[{"kind": "person", "value": name}], principal=who)
     placeholder = later.placeholders[0]
-    assert vault.pii_watch(principal=who, dry_run=True, settle_seconds=0).rewritten == [
+    assert vault.pii_watch.run(principal=who, dry_run=True, settle_seconds=0).rewritten == [
         str(early.id)]
 
-    rep = vault.pii_watch(principal=who, settle_seconds=0)
+    rep = vault.pii_watch.run(principal=who, settle_seconds=0)
     assert rep.rewritten == [str(early.id)] and rep.candidates == 1 and rep.opened == 1
     assert rep.values == 1 and rep.values_done == 1 and not rep.deferred
     got = vault.get(early.id, principal=who)
@@ -141,7 +141,7 @@ def test_an_earlier_record_gets_the_placeholder(vault: MemoryVault, tenant: str)
     assert run == {"values_scanned": 1, "candidates": 1, "rewritten": 1}
 
     # a second run touches nothing (the value is covered)
-    again = vault.pii_watch(principal=who, settle_seconds=0)
+    again = vault.pii_watch.run(principal=who, settle_seconds=0)
     assert again.values == 0 and again.candidates == 0 and again.rewritten == []
     assert vault.get(early.id, principal=who).version == 2
     assert len(_watch_rows(vault, tenant)) == 1
@@ -154,7 +154,7 @@ def test_dry_run_changes_nothing(vault: MemoryVault, tenant: str) -> None:
     vault.remember("tea again", scope="s", entities=[{"kind": "person", "value": name}],
                    principal=who)
     before, seqs = _row(vault, tenant, early.id), len(audit_rows(vault, tenant))
-    rep = vault.pii_watch(principal=who, dry_run=True, settle_seconds=0)
+    rep = vault.pii_watch.run(principal=who, dry_run=True, settle_seconds=0)
     assert rep.dry_run and rep.rewritten == [str(early.id)] and rep.audit_seqs == []
     assert _row(vault, tenant, early.id) == before
     assert len(audit_rows(vault, tenant)) == seqs
@@ -165,7 +165,7 @@ def test_dry_run_changes_nothing(vault: MemoryVault, tenant: str) -> None:
         runs = conn.execute("SELECT count(*) AS n FROM pii_watch_runs").fetchone()
     assert marks == {"n": 0} and runs == {"n": 0}
     # and the real run afterwards does it
-    assert vault.pii_watch(principal=who, settle_seconds=0).rewritten == [str(early.id)]
+    assert vault.pii_watch.run(principal=who, settle_seconds=0).rewritten == [str(early.id)]
 
 
 def test_incremental_one_new_entity_touches_only_its_records(vault: MemoryVault,
@@ -177,10 +177,10 @@ def test_incremental_one_new_entity_touches_only_its_records(vault: MemoryVault,
     vault.remember_many([{"content": f"note {i} about gardening", "scope": "s"}
                          for i in range(20)], principal=who)
     vault.remember("x", scope="s", entities=[{"kind": "person", "value": a}], principal=who)
-    first = vault.pii_watch(principal=who, settle_seconds=0)
+    first = vault.pii_watch.run(principal=who, settle_seconds=0)
     assert first.rewritten == [str(with_a.id)] and first.candidates == 1
     vault.remember("y", scope="t", entities=[{"kind": "person", "value": b}], principal=who)
-    second = vault.pii_watch(principal=who, settle_seconds=0)
+    second = vault.pii_watch.run(principal=who, settle_seconds=0)
     # only the new value is looked for, and only the record holding its terms is opened
     assert second.values == 1 and second.candidates == 1 and second.opened == 1
     assert second.rewritten == [str(with_b.id)]
@@ -193,11 +193,11 @@ def test_settle_time_keeps_a_value_pending_for_one_more_run(vault: MemoryVault,
     name = _name()
     early = vault.remember(f"{name} wrote a letter", scope="s", principal=who)
     vault.remember("z", scope="s", entities=[{"kind": "person", "value": name}], principal=who)
-    first = vault.pii_watch(principal=who, settle_seconds=3600)
+    first = vault.pii_watch.run(principal=who, settle_seconds=3600)
     assert first.rewritten == [str(early.id)] and first.values_done == 0  # seen, not settled
-    second = vault.pii_watch(principal=who, settle_seconds=3600)
+    second = vault.pii_watch.run(principal=who, settle_seconds=3600)
     assert second.values == 1 and second.rewritten == [] and second.values_done == 0
-    third = vault.pii_watch(principal=who, settle_seconds=0)
+    third = vault.pii_watch.run(principal=who, settle_seconds=0)
     assert third.values == 1 and third.values_done == 1 and third.rewritten == []
 
 
@@ -208,7 +208,7 @@ def test_non_live_records_are_found_too(vault: MemoryVault, tenant: str) -> None
     v1 = vault.remember(f"{name} owns the red kayak", scope="s", key="kayak", principal=who)
     v2 = vault.remember(f"{name} sold the red kayak", scope="s", key="kayak", principal=who)
     vault.remember("w", scope="s", entities=[{"kind": "person", "value": name}], principal=who)
-    rep = vault.pii_watch(principal=who, settle_seconds=0)
+    rep = vault.pii_watch.run(principal=who, settle_seconds=0)
     assert sorted(rep.rewritten) == sorted([str(v1.id), str(v2.id)])
     for m in (v1, v2):
         got = vault.get(m.id, principal=who)
@@ -231,7 +231,7 @@ def test_an_erased_subject_is_not_resurrected(vault: MemoryVault, tenant: str) -
     kid = _row(vault, tenant, stale.id)["key_id"]
     destroy_keys(vault.rt, tenant, [str(kid)])
     vault.remember("v", scope="s", entities=[{"kind": "person", "value": name}], principal=who)
-    rep = vault.pii_watch(principal=who, settle_seconds=0)
+    rep = vault.pii_watch.run(principal=who, settle_seconds=0)
     assert rep.rewritten == [] and rep.erased == 1
     with vault.db.transaction(tenant) as conn:
         assert conn.execute("SELECT count(*) AS n FROM memories WHERE subject_id = 'bob'"
@@ -246,7 +246,7 @@ def test_an_erased_subject_is_not_resurrected(vault: MemoryVault, tenant: str) -
 def test_permissions_and_surfaces(vault: MemoryVault, tenant: str, tmp_path: Any) -> None:
     who = vault.principal(tenant)
     with pytest.raises(Forbidden) as info:
-        vault.pii_watch(principal=vault.principal(tenant, "member"))
+        vault.pii_watch.run(principal=vault.principal(tenant, "member"))
     assert info.value.details["permission"] == "subject:erase"
     name = _name()
     early = vault.remember(f"{name} planted tulips", scope="s", principal=who)
@@ -284,10 +284,10 @@ def test_a_subject_being_erased_is_deferred_to_the_next_run(vault: MemoryVault,
     vault.remember("q", scope="s", entities=[{"kind": "person", "value": name}], principal=who)
     with vault.db.transaction(tenant) as conn:  # an erase of dana holds its lock
         subject_store.lock_for_erase(conn, tenant, "s", "dana")
-        rep = vault.pii_watch(principal=who, settle_seconds=0)
+        rep = vault.pii_watch.run(principal=who, settle_seconds=0)
     assert rep.rewritten == [str(free.id)] and rep.deferred == [str(held.id)]
     assert rep.values_done == 0  # the value stays pending for the deferred record
     assert name in vault.get(held.id, principal=who).content
-    again = vault.pii_watch(principal=who, settle_seconds=0)
+    again = vault.pii_watch.run(principal=who, settle_seconds=0)
     assert again.rewritten == [str(held.id)] and again.values_done == 1
     assert name not in vault.get(held.id, principal=who).content

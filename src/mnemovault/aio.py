@@ -42,7 +42,7 @@ from mnemovault.vault import MemoryVault
 P = ParamSpec("P")
 R = TypeVar("R")
 
-SECTIONS = ("lexical", "procedures", "review", "tenants", "subjects")
+SECTIONS = ("lexical", "pii_watch", "procedures", "review", "tenants", "subjects")
 """The facade's sections, reached as ``mv.<name>.<method>`` (each method a coroutine)."""
 
 
@@ -126,6 +126,7 @@ class AsyncMemoryVault:
             setattr(self, name, AsyncSection(self, name))
 
     lexical: AsyncSection
+    pii_watch: AsyncSection
     procedures: AsyncSection
     review: AsyncSection
     tenants: AsyncSection
@@ -201,8 +202,6 @@ class AsyncMemoryVault:
     shred = _Bridge(MemoryVault.shred)
     vault_export = _Bridge(MemoryVault.vault_export)
     rotate_kek = _Bridge(MemoryVault.rotate_kek)
-    pii_watch = _Bridge(MemoryVault.pii_watch)
-    pii_watch_all = _Bridge(MemoryVault.pii_watch_all)
     health = _Bridge(MemoryVault.health)
 
     @property

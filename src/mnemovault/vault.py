@@ -16,7 +16,6 @@ chat, chat_stream           :mod:`mnemovault.chat.service` (commands in
 redact, placeholder_outputs,:mod:`mnemovault.pii.service`
 vault_*, shred
 rotate_kek                  :mod:`mnemovault.pii.rotation`
-pii_watch, pii_watch_all    :mod:`mnemovault.pii.watch`
 ensure_tenant, *_key       :mod:`mnemovault.keys` (create, authenticate, list, get, revoke)
 audit                       :mod:`mnemovault.audit.service`
 procedures (section)        :mod:`mnemovault.facade.procedures` -> :mod:`mnemovault.procedures`
@@ -24,6 +23,7 @@ review (section)            :mod:`mnemovault.facade.review` -> :mod:`mnemovault.
 tenants (section)           :mod:`mnemovault.facade.tenants` -> :mod:`mnemovault.tenants`
 subjects (section)          :mod:`mnemovault.facade.subjects` -> :mod:`mnemovault.subjects`
 lexical (section)           :mod:`mnemovault.facade.lexical` -> :mod:`mnemovault.recall.reindex`
+pii_watch (section)         :mod:`mnemovault.facade.pii_watch` -> :mod:`mnemovault.pii.watch`
 ==========================  ===============================================================
 
 The capabilities share one :class:`~mnemovault.runtime.Runtime` and keep their SQL in
@@ -48,6 +48,7 @@ from mnemovault.config import Settings
 from mnemovault.embed import Embedder
 from mnemovault.facade import Closing, section
 from mnemovault.facade.lexical import LexicalSection
+from mnemovault.facade.pii_watch import PiiWatchSection
 from mnemovault.facade.procedures import ProceduresSection
 from mnemovault.facade.review import ReviewSection
 from mnemovault.facade.subjects import SubjectsSection
@@ -70,7 +71,6 @@ from mnemovault.models import (
 )
 from mnemovault.pii import rotation
 from mnemovault.pii import service as pii
-from mnemovault.pii import watch as pii_watch_mod
 from mnemovault.pii.crypto import KeyRing
 from mnemovault.pii.detect import Detector
 from mnemovault.pii.vault import PiiVault
@@ -378,29 +378,13 @@ class MemoryVault(Closing):
         """Every live vault entry with its value (owner only), audited."""
         return pii.export(self.rt, self._who(principal), request_id=request_id)
 
-    def pii_watch(self, *, dry_run: bool = False, full: bool = False,
-                  batch: int = pii_watch_mod.BATCH, settle_seconds: float | None = None,
-                  progress: pii_watch_mod.Progress | None = None,
-                  principal: Principal | None = None, trigger: str = "api",
-                  request_id: str | None = None) -> pii_watch_mod.TenantReport:
-        """Rewrite the records stored before a value they hold became known
-        (``subject:erase``, unlimited key); see :func:`mnemovault.pii.watch.run`."""
-        return pii_watch_mod.run(self.rt, self._who(principal), dry_run=dry_run, full=full,
-                                 batch=batch, settle_seconds=settle_seconds,
-                                 progress=progress, trigger=trigger, request_id=request_id)
-
-    def pii_watch_all(self, *, dry_run: bool = False,
-                      settle_seconds: float | None = None) -> pii_watch_mod.Report:
-        """Operator path (the nightly schedule): :func:`mnemovault.pii.watch.run_all`."""
-        return pii_watch_mod.run_all(self.rt, dry_run=dry_run, settle_seconds=settle_seconds,
-                                     trigger="schedule")
-
     def rotate_kek(self, *, retire: bool = False) -> dict[str, Any]:
         """Operator path, safe while serving: :func:`mnemovault.pii.rotation.rotate_kek`."""
         return rotation.rotate_kek(self.rt, retire=retire)
 
     # -- sections (mnemovault.facade): mv.procedures.capture(...), mv.subjects.erase(...) --
     lexical = section(LexicalSection)
+    pii_watch = section(PiiWatchSection)
     procedures = section(ProceduresSection)
     review = section(ReviewSection)
     tenants = section(TenantsSection)

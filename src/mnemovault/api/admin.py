@@ -108,7 +108,7 @@ def pii_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRo
         placeholder, re-embedded and re-indexed, one audited transaction per batch. A run of
         the same tenant under way answers 409."""
         b = body or WatchRequest()
-        return vault.pii_watch(dry_run=b.dry_run, full=b.full, batch=b.batch, principal=who,
+        return vault.pii_watch.run(dry_run=b.dry_run, full=b.full, batch=b.batch, principal=who,
                                trigger="api",
                                request_id=str(request.state.request_id)).to_dict()
 

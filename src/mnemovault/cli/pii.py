@@ -107,7 +107,7 @@ def pii_watch(ctx: typer.Context,
             def step(done: int, total: int) -> None:
                 progress.update(task, completed=done, total=total)
 
-            report = vault.pii_watch(dry_run=dry_run, full=full, batch=batch,
+            report = vault.pii_watch.run(dry_run=dry_run, full=full, batch=batch,
                                      settle_seconds=settle_seconds, progress=step,
                                      trigger="cli")
     except MnemoError as exc:

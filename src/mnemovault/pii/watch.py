@@ -218,9 +218,7 @@ def _run(rt: Runtime, who: Principal, *, dry_run: bool, full: bool, batch: int,
     tenant = who.tenant
     rep = TenantReport(tenant=tenant, dry_run=dry_run, full=full, run_id=str(uuid.uuid4()))
     with rt.db.transaction(tenant) as conn:
-        row = conn.execute("SELECT now() AS t").fetchone()
-        assert row is not None
-        started: datetime = row["t"]
+        started: datetime = store.now(conn)
         todo = store.pending(conn, tenant)
         rep.values = len(todo)
         if not todo and not full:

@@ -35,6 +35,13 @@ def unlock(conn: Conn, tenant: str) -> None:
     conn.execute(_UNLOCK, (f"mv_piiwatch:{tenant}",))
 
 
+def now(conn: Conn) -> datetime:
+    """The transaction's start time on the database's clock (a run's start)."""
+    row = conn.execute("SELECT now() AS t").fetchone()
+    assert row is not None
+    return row["t"] if isinstance(row, dict) else row[0]
+
+
 def tenants_pending(conn: Conn) -> list[str]:
     """Operator path: the tenants with vault values the watch has not covered, in order."""
     return [r["tenant_id"] if isinstance(r, dict) else r[0] for r in conn.execute(
