@@ -14,6 +14,10 @@ existed) has committed and been scanned (:mod:`mnemovault.pii.watch`). Values st
 before this revision are pending: the first run covers the backlog. The partial index
 finds a tenant's pending values without reading the rest of its vault.
 
+``memories_not_live``: the memories that have no postings (pending review, superseded,
+archived: migration 0010 posts live rows only), whose keyed terms the watch matches in
+their ``tsv`` (without it, a scan of every memory of the tenant).
+
 ``pii_watch_runs``: one row per (non-dry) run and tenant: when it ran and what it
 scanned (values, candidate records, records opened, rewritten, deferred). Counts and
 times only.
@@ -38,6 +42,8 @@ def upgrade() -> None:
         ALTER TABLE pii_values ADD COLUMN watched_at timestamptz;
         CREATE INDEX pii_values_watch_pending ON pii_values (tenant_id, created_at)
           WHERE watched_at IS NULL AND fingerprint IS NOT NULL;
+        CREATE INDEX memories_not_live ON memories (tenant_id, id)
+          WHERE status <> 'active' OR archived;
         CREATE TABLE pii_watch_runs (
           tenant_id   text NOT NULL,
           run_id      uuid NOT NULL,
@@ -61,6 +67,7 @@ def downgrade() -> None:
     op.execute("""
         DROP TABLE IF EXISTS pii_watch_runs;
         DROP INDEX IF EXISTS pii_values_watch_pending;
+        DROP INDEX IF EXISTS memories_not_live;
         ALTER TABLE pii_values DROP COLUMN IF EXISTS watched_at;
         ALTER TABLE pii_values DROP COLUMN IF EXISTS watch_seen_at;
     """)
