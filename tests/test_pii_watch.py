@@ -291,3 +291,16 @@ def test_a_subject_being_erased_is_deferred_to_the_next_run(vault: MemoryVault,
     again = vault.pii_watch.run(principal=who, settle_seconds=0)
     assert again.rewritten == [str(held.id)] and again.values_done == 1
     assert name not in vault.get(held.id, principal=who).content
+
+
+def test_a_value_of_stop_words_only_is_found_by_a_scan(vault: MemoryVault,
+                                                       tenant: str) -> None:
+    """No keyed term to look up (PostgreSQL's english stop words): every record is opened."""
+    who = vault.principal(tenant)
+    early = vault.remember("We saw The Who live in the park", scope="s", principal=who)
+    vault.remember("p", scope="s", entities=[{"kind": "org", "value": "The Who"}],
+                   principal=who)
+    rep = vault.pii_watch.run(principal=who, settle_seconds=0)
+    assert rep.full and rep.candidates == 2 and rep.rewritten == [str(early.id)]
+    content = vault.get(early.id, principal=who).content
+    assert "The Who" not in content and "{org:p_" in content

@@ -315,8 +315,8 @@ def _batch(rt: Runtime, who: Principal, ids: list[uuid.UUID], rep: TenantReport,
             changes.append((locked, out, sorted(set(out.placeholders) - before)))
         if not changes:
             return
-        rep.batches += 1
         if dry_run:
+            rep.batches += 1
             rep.rewritten.extend(str(c[0]["id"]) for c in changes)
             return
         vectors = rt.embedder.embed([c[1].text for c in changes])
@@ -341,6 +341,7 @@ def _batch(rt: Runtime, who: Principal, ids: list[uuid.UUID], rep: TenantReport,
             ledger_store.insert(conn, tenant=tenant, audit_seq=seq, kind="shred",
                                 request_id=request_id, subject_fp=None, scope_fp=None,
                                 memory_ids=[], placeholders=sorted(shredded))
+    rep.batches += 1  # committed
     rep.rewritten.extend(done)
     rep.audit_seqs.append(seq)
 
