@@ -207,9 +207,17 @@ def test_non_live_records_are_found_too(vault: MemoryVault, tenant: str) -> None
     name = _name()
     v1 = vault.remember(f"{name} owns the red kayak", scope="s", key="kayak", principal=who)
     v2 = vault.remember(f"{name} sold the red kayak", scope="s", key="kayak", principal=who)
+    fact = vault.remember(f"{name} has no kayak now", scope="s", type="fact",
+                          derived_from=[v2.id], principal=who)
     vault.remember("w", scope="s", entities=[{"kind": "person", "value": name}], principal=who)
     rep = vault.pii_watch.run(principal=who, settle_seconds=0)
-    assert sorted(rep.rewritten) == sorted([str(v1.id), str(v2.id)])
+    assert sorted(rep.rewritten) == sorted([str(v1.id), str(v2.id), str(fact.id)])
+    with vault.db.transaction(tenant) as conn:  # lineage and the version chain are kept
+        assert conn.execute("SELECT source_id FROM memory_lineage WHERE memory_id = %s",
+                            (fact.id,)).fetchall() == [{"source_id": v2.id}]
+        assert conn.execute("SELECT parent_id FROM memories WHERE id = %s",
+                            (v2.id,)).fetchone() == {"parent_id": v1.id}
+    assert vault.get(v2.id, principal=who).key == "kayak"
     for m in (v1, v2):
         got = vault.get(m.id, principal=who)
         assert name not in got.content
@@ -304,3 +312,35 @@ def test_a_value_of_stop_words_only_is_found_by_a_scan(vault: MemoryVault,
     assert rep.full and rep.candidates == 2 and rep.rewritten == [str(early.id)]
     content = vault.get(early.id, principal=who).content
     assert "The Who" not in content and "{org:p_" in content
+
+
+def test_the_background_schedule_runs_it(vault: MemoryVault, tenant: str,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import functools
+    import threading
+
+    from mnemovault.pii import watch
+    from mnemovault.tenants import schedule
+
+    who = vault.principal(tenant)
+    name = _name()
+    early = vault.remember(f"{name} repaired the roof", scope="s", principal=who)
+    vault.remember("r", scope="s", entities=[{"kind": "person", "value": name}], principal=who)
+    ran = threading.Event()
+    real = functools.partial(watch.run_all, tenants=[tenant], settle_seconds=0)
+
+    def run_all(rt: Any) -> watch.Report:  # this test's tenant only
+        try:
+            return real(rt)
+        finally:
+            ran.set()
+
+    monkeypatch.setattr(schedule.watch, "run_all", run_all)
+    bg = schedule.Background(vault.rt, poll_seconds=60, purge_interval_hours=0,
+                             watch_interval_hours=24, watch_delay_seconds=0)
+    with bg:
+        assert ran.wait(60)
+    assert bg.runs["pii_watch"] == 1
+    assert name not in vault.get(early.id, principal=who).content
+    (row,) = _watch_rows(vault, tenant)
+    assert row["trigger"] == "schedule" and row["memory_ids"] == [str(early.id)]

@@ -54,7 +54,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -347,15 +347,19 @@ def _batch(rt: Runtime, who: Principal, ids: list[uuid.UUID], rep: TenantReport,
 
 
 def run_all(rt: Runtime, *, dry_run: bool = False, batch: int = BATCH,
-            settle_seconds: float | None = None, trigger: str = "schedule") -> Report:
-    """Operator path (the schedule): :func:`run` for every tenant with pending values, as
-    its local operator; a tenant another run holds is skipped (``busy``), one tenant's
-    failure is logged and reported and the others still go."""
+            settle_seconds: float | None = None, trigger: str = "schedule",
+            tenants: Sequence[str] | None = None) -> Report:
+    """Operator path (the schedule): :func:`run` for every tenant with pending values
+    (only those among ``tenants`` when given), as its local operator; a tenant another run
+    holds is skipped (``busy``), one tenant's failure is logged and reported and the
+    others still go."""
     t0 = time.perf_counter()
     report = Report()
     with owner_connection(rt.db.url, autocommit=True) as conn:
-        tenants = store.tenants_pending(conn)
-    for tenant in tenants:
+        todo = store.tenants_pending(conn)
+    if tenants is not None:
+        todo = [t for t in todo if t in set(tenants)]
+    for tenant in todo:
         try:
             report.tenants.append(run(rt, Principal.local(tenant), dry_run=dry_run,
                                       batch=batch, settle_seconds=settle_seconds,
