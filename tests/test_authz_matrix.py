@@ -202,6 +202,8 @@ TABLE: dict[tuple[str, str], list[Access]] = {
     ("GET", "/v1/admin/audit/export"): [Access(("audit:read",), lambda w: Request(
         params={"from": 1, "to": 1}))],
     ("GET", "/v1/admin/audit/checkpoint"): [Access(("audit:read",))],
+    ("POST", "/v1/admin/pii/watch"): [Access(("subject:erase",), lambda w: Request(
+        json={"dry_run": True}))],
     ("POST", "/v1/admin/audit/checkpoint"): [Access(("audit:read",))],
     ("GET", "/v1/admin/audit/proof/inclusion"): [Access(("audit:read",), lambda w: Request(
         params={"seq": 1, "size": 1}))],

@@ -154,6 +154,16 @@ class Settings(BaseSettings):
     export_dir: Path | None = None
     worker_poll_seconds: float = Field(default=5.0, gt=0)
 
+    # the PII watch (SPEC section 3; mnemovault.pii.watch): `serve` and `worker` run it for
+    # every tenant with values not covered yet every pii_watch_interval_hours (0: never
+    # in-process; `mnemovault pii watch` runs it on demand), the first time
+    # pii_watch_delay_seconds after start; a value is covered by a run at least
+    # pii_watch_settle_seconds after the run that first saw it (writes under way then have
+    # committed)
+    pii_watch_interval_hours: float = Field(default=24.0, ge=0)
+    pii_watch_delay_seconds: float = Field(default=900.0, ge=0)
+    pii_watch_settle_seconds: float = Field(default=600.0, ge=0)
+
     # procedural memory (SPEC section 9; mnemovault.procedures.ranking): recall score =
     #   w_similarity * cosine + w_track * (successes + a) / (runs + a + b)
     #   + w_freshness * 2^(-days since last use / half_life), over procedure_candidates

@@ -1,10 +1,12 @@
-"""Admin endpoints of the audit log (permission ``audit:read``)."""
+"""Admin endpoints: the audit log (permission ``audit:read``) and the PII watch
+(``subject:erase``, a key without limits)."""
 
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from mnemovault.auth import Principal
 from mnemovault.vault import MemoryVault
@@ -59,5 +61,55 @@ def audit_router(vault: MemoryVault, principal: Callable[..., Principal]) -> API
                     second: Annotated[int, Query(ge=1)]) -> dict[str, Any]:
         """RFC 9162 consistency proof between tree sizes ``first`` and ``second``."""
         return vault.audit.consistency(who, first, second)
+
+    return router
+
+
+class WatchRequest(BaseModel):
+    """``dry_run``: report, write nothing; ``full``: open every record of the tenant;
+    ``batch``: records per transaction."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dry_run: StrictBool = False
+    full: StrictBool = False
+    batch: int = Field(default=200, ge=1, le=10_000)
+
+
+class WatchReport(BaseModel):
+    """What the run did: counts and memory ids, never a value (:class:`mnemovault.pii.
+    watch.TenantReport`)."""
+
+    tenant: str
+    dry_run: bool
+    full: bool
+    run_id: str
+    values: int
+    values_done: int
+    candidates: int
+    opened: int
+    rewritten: list[str]
+    rewritten_count: int
+    deferred: list[str]
+    erased: int
+    batches: int
+    audit_seqs: list[int]
+    ms: float
+
+
+def pii_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:
+    router = APIRouter(prefix="/v1/admin/pii", tags=["pii"])
+    Auth = Annotated[Principal, Depends(principal)]
+
+    @router.post("/watch", response_model=WatchReport)
+    def watch(who: Auth, request: Request, body: WatchRequest | None = None) -> Any:
+        """Run the PII watch over the caller's tenant now (what the nightly schedule does):
+        records stored before a value they hold became known are rewritten with its
+        placeholder, re-embedded and re-indexed, one audited transaction per batch. A run of
+        the same tenant under way answers 409."""
+        b = body or WatchRequest()
+        return vault.pii_watch.run(dry_run=b.dry_run, full=b.full, batch=b.batch, principal=who,
+                               trigger="api",
+                               request_id=str(request.state.request_id)).to_dict()
 
     return router

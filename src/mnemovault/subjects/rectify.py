@@ -48,8 +48,11 @@ audit row records the status (``status``).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+import psycopg
 
 from mnemovault import visibility
 from mnemovault.audit import log as audit
@@ -82,6 +85,48 @@ def _texts(row: dict[str, Any]) -> list[str | None]:
     return [row["content"], row["scope"], row["subject_id"], row["key"],
             *(t for t in tags if isinstance(t, str)),
             *(v for k, v in prov.items() if k != "tags" and isinstance(v, str))]
+
+
+def replace_in_place(rt: Runtime, conn: psycopg.Connection[Any], tenant: str,
+                     locked: dict[str, Any], text: str, vector: Any, used: Sequence[str], *,
+                     flags: str | None = None) -> tuple[dict[str, Any], list[str]]:
+    """Replace a locked memory's content by ``text`` (pseudonymised already: ``used`` the
+    placeholders the detectors put in it) and its embedding by ``vector``, in place, in the
+    caller's transaction (the subject's write lock and the row lock held): the content is
+    sealed under the owner's content key (its subject's, or its scope's), the keyed terms
+    follow (postings and statistics through the triggers), ``version`` + 1, the graph
+    support is rebuilt from the new fields, and vault values only the old content used are
+    crypto-shredded. The one in-place rewrite of a record: a rectification
+    (:func:`rectify`) and the PII watch (:mod:`mnemovault.pii.watch`) both go through it.
+    Status, lineage, key, scope and subject stay as they are. Returns ``(the new row
+    (COLUMNS), the placeholders shredded)``.
+
+    Raises:
+        Conflict: a value in ``text`` was erased concurrently (the caller rolls back).
+    """
+    mid = locked["id"]
+    old_nodes, old_edges = graph.supported_by(conn, [mid])
+    # the other fields keep what they carried; the new content carries what the
+    # detectors found in it (a placeholder typed into it is quoted: visibility)
+    kept = visibility_store.carried_by(conn, tenant, mid)
+    graph.delete_support(conn, [mid])
+    key_id, sealed = pii.content_writer(rt, conn, tenant).content(
+        locked["scope"], locked["subject_id"], mid, text)
+    key = terms.tenant_key(rt.pii, conn, tenant)
+    assert key is not None  # created on first use
+    new = subject_store.replace_content(conn, tenant, mid, text, vector, datetime.now(UTC),
+                                        key_id=key_id, sealed=sealed, flags=flags,
+                                        terms=terms.document(key, text))
+    graph.index(conn, tenant, [graph.mentions(mid, _texts(new), carried={
+        *used, *(p for t in _texts(new)[1:] for p in _placeholders(t) if p in kept)})])
+    if rt.pii.erased_placeholders(conn, list(used)):
+        raise Conflict("content: a personal value in it was erased concurrently; "
+                       "retrying is safe", field="content")
+    removed, _ = graph.delete_orphans(conn, old_nodes, old_edges)
+    shredded: list[str] = []
+    if rt.settings.pii_pseudonymize:
+        shredded = rt.pii.shred(conn, [n for n in removed if PLACEHOLDER_RE.fullmatch(n)])
+    return new, shredded
 
 
 def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: str, *,
@@ -135,31 +180,12 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
             r = pii.pseudonymiser(rt, conn, who.tenant).rewrite(content)
             text, created, used = r.text, list(r.created), list(r.placeholders)
         vector = rt.embedder.embed([text])[0]
-        old_nodes, old_edges = graph.supported_by(conn, [mid])
-        # the other fields keep what they carried; the new content carries what the
-        # detectors found in it (a placeholder typed into it is quoted: visibility)
-        kept = visibility_store.carried_by(conn, who.tenant, mid)
-        graph.delete_support(conn, [mid])
-        key_id, sealed = pii.content_writer(rt, conn, who.tenant).content(
-            locked["scope"], locked["subject_id"], mid, text)
-        key = terms.tenant_key(rt.pii, conn, who.tenant)
-        assert key is not None  # created on first use
-        new = subject_store.replace_content(conn, who.tenant, mid, text, vector,
-                                            datetime.now(UTC), key_id=key_id, sealed=sealed,
-                                            flags=flags, terms=terms.document(key, text))
+        new, shredded = replace_in_place(rt, conn, who.tenant, locked, text, vector, used,
+                                         flags=flags)
         status = str(new["status"])
         if held and status in ("active", "pending_review"):  # the gate holds the new text
             review_store.hold(conn, who.tenant, [mid], captured_by=who.actor)
             status = "pending_review"
-        graph.index(conn, who.tenant, [graph.mentions(mid, _texts(new), carried={
-            *used, *(p for t in _texts(new)[1:] for p in _placeholders(t) if p in kept)})])
-        if rt.pii.erased_placeholders(conn, used):
-            raise Conflict("content: a personal value in it was erased concurrently; "
-                           "retrying is safe", field="content")
-        removed, _ = graph.delete_orphans(conn, old_nodes, old_edges)
-        shredded: list[str] = []
-        if rt.settings.pii_pseudonymize:
-            shredded = rt.pii.shred(conn, [n for n in removed if PLACEHOLDER_RE.fullmatch(n)])
         seq = audit.append(
             conn, tenant=who.tenant, operation="RECTIFY", actor=who.actor, agent=who.agent,
             memory_ids=[str(mid)], trigger=trigger, request_id=request_id,
