@@ -4,6 +4,7 @@ and ``as_of`` a past time on every surface (:mod:`mnemovault.memories.valid_time
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -95,7 +96,7 @@ def test_an_out_of_order_statement_becomes_history(
         vault: MemoryVault, moved: tuple[Principal, Any, Any]) -> None:
     """Rule 2 of :mod:`mnemovault.memories.valid_time`: Lyon, dated day 50, arrives after
     Berlin (day 100): it takes [50, 100) from Paris and never becomes current."""
-    who, a, b = moved
+    who, _, b = moved
     c = city(vault, who, LYON, day(50))
     assert (c.status, c.valid_from, c.valid_to, c.superseded) == (
         "superseded", day(50), day(100), None)
@@ -118,7 +119,7 @@ def test_an_out_of_order_statement_becomes_history(
     # the intervals never overlap and leave no gap
     spans = sorted((m.valid_from, m.valid_to) for m in vault.list(
         scope="s", include_superseded=True, principal=who).items)
-    assert all(prev[1] == nxt[0] for prev, nxt in zip(spans, spans[1:], strict=False))
+    assert all(prev[1] == nxt[0] for prev, nxt in itertools.pairwise(spans))
     assert spans[-1][1] is None
 
 
