@@ -11,12 +11,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import anyio.from_thread
 import pytest
 from fastapi.testclient import TestClient
 from mcp import Client
 from typer.testing import CliRunner
 
+from mnemovault import AsyncMemoryVault
 from mnemovault.api import create_app
 from mnemovault.auth import Principal
 from mnemovault.cli import app as cli_app
@@ -214,6 +216,18 @@ def test_review_gate_places_an_approved_version_by_its_time(
 
 
 # -- the other surfaces pass as_of through ---------------------------------------------------
+def test_async_recall_as_of(vault: MemoryVault, moved: tuple[Principal, Any, Any]) -> None:
+    who, _, _ = moved
+    mv = AsyncMemoryVault(vault)
+
+    async def main() -> tuple[list[str], list[str]]:
+        now = await mv.recall(Q, scope="s", principal=who, touch=False)
+        then = await mv.recall(Q, scope="s", principal=who, touch=False, as_of=day(50))
+        return [h.memory.content for h in now], [h.memory.content for h in then]
+
+    assert anyio.run(main) == ([BERLIN], [PARIS])
+
+
 def test_http_recall_as_of(vault: MemoryVault, moved: tuple[Principal, Any, Any]) -> None:
     who, _, _ = moved
     token, _ = vault.create_key(who.tenant, "member")
