@@ -307,3 +307,64 @@ def test_mcp_recall_as_of(vault: MemoryVault, moved: tuple[Principal, Any, Any],
                  valid_from=day(50).isoformat())
         assert r["status"] == "superseded"
         assert hits(as_of=day(60).isoformat()) == [LYON]
+
+
+# -- migration 0017's backfill -----------------------------------------------------------------
+def test_the_backfill_bounds_every_superseded_version(vault: MemoryVault) -> None:
+    """A database at 0016 with a key's three versions (one an import dated before its
+    predecessor), a displaced proposal, a superseded procedure version and an unkeyed memory:
+    after 0017 every row is valid from its creation, each superseded version ends where its
+    successor begins (the earliest later start; never before its own), the proposal's
+    interval is empty."""
+    import re
+    import uuid
+
+    import psycopg
+    from alembic import command
+
+    from mnemovault.store.db import Database
+
+    name = f"mv_valid_{uuid.uuid4().hex[:8]}"
+    base = vault.db.url
+    url = re.sub(r"/mnemovault\?", f"/{name}?", base)
+    assert url != base
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        cfg = Database(url).alembic_config(vault.embedder.dimension)
+        command.upgrade(cfg, "0016_stat_deltas")
+        vec = "[" + ",".join(["0.05"] * vault.embedder.dimension) + "]"
+        ids = {n: uuid.uuid4() for n in ("v1", "v2", "v3", "prop", "p1", "p2", "free")}
+        rows = [  # name, key, status, version, created day, updated day, parent, provenance
+            ("v1", "k", "superseded", 1, 0, 10, None, "{}"),
+            ("v2", "k", "superseded", 2, 10, 20, "v1", "{}"),
+            ("prop", "k", "superseded", 3, 15, 16, "v2", '{"review": "displaced"}'),
+            ("v3", "k", "active", 4, 5, 20, "v2", "{}"),  # an import dated before v2
+            ("p1", None, "superseded", 1, 0, 30, None, "{}"),
+            ("p2", None, "active", 2, 30, 30, "p1", "{}"),
+            ("free", None, "active", 1, 3, 3, None, "{}")]
+        with psycopg.connect(url) as conn:
+            conn.execute("INSERT INTO tenants (tenant_id) VALUES ('old')")
+            for n, key, status, version, made, upd, parent, prov in rows:
+                conn.execute(
+                    "INSERT INTO memories (tenant_id, id, scope, type, content, embedding, key, "
+                    "status, version, created_at, updated_at, parent_id, provenance, tsv, "
+                    "tsv_length) VALUES ('old', %s, 's', 'episode', %s, %s, %s, %s, %s, %s, "
+                    "%s, %s, %s::jsonb, ''::tsvector, 0)",
+                    (ids[n], n, vec, key, status, version, day(made), day(upd),
+                     ids[parent] if parent else None, prov))
+        command.upgrade(cfg, "0017_valid_time")
+        with psycopg.connect(url) as conn:
+            got = {r[0]: (r[1], r[2]) for r in conn.execute(
+                "SELECT content, valid_from, valid_to FROM memories")}
+            index = conn.execute("SELECT indexdef FROM pg_indexes "
+                                 "WHERE indexname = 'memories_valid_time'").fetchone()
+        # v3's import date (day 5) cuts v1 short: the intervals never overlap
+        assert got == {"v1": (day(0), day(5)), "v2": (day(10), day(10)),
+                       "prop": (day(15), day(15)), "v3": (day(5), None),
+                       "p1": (day(0), day(30)), "p2": (day(30), None),
+                       "free": (day(3), None)}
+        assert index is not None and "(tenant_id, scope, valid_from)" in index[0]
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

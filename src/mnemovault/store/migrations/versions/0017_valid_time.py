@@ -13,10 +13,11 @@ Create Date: 2026-12-02
 Backfill: every row's ``valid_from`` is its ``created_at``. A superseded version that was
 once current (not a displaced or rejected review proposal) ends where its successor
 begins: the next version of its key (same tenant, scope and key, by version number) among
-the versions that were ever current; a keyless superseded version (a procedure's) ends at
-its earliest approved child's ``valid_from``. A successor dated before its predecessor
-(an import with an old ``created_at``) leaves the predecessor an empty interval
-(``valid_to = valid_from``) rather than an inverted one. Displaced and rejected proposals
+the versions that were ever current, or, where a later version is dated earlier still (an
+import with an old ``created_at``), the earliest start of any later version, so no two
+intervals overlap; never before its own start (an empty interval, ``valid_to =
+valid_from``, rather than an inverted one). A keyless superseded version (a procedure's)
+ends at its earliest approved child's ``valid_from``. Displaced and rejected proposals
 were never true: empty intervals. A superseded row still without an end (no successor
 found) ends at its ``updated_at`` (when it was superseded). After this revision every
 ``superseded`` row has a ``valid_to``.
@@ -54,8 +55,9 @@ def upgrade() -> None:
     op.execute(
         f"""
         UPDATE memories m SET valid_to = greatest(s.next_from, m.valid_from)
-        FROM (SELECT tenant_id, id, lead(valid_from) OVER (
-                  PARTITION BY tenant_id, scope, key ORDER BY version, id) AS next_from
+        FROM (SELECT tenant_id, id, min(valid_from) OVER (
+                  PARTITION BY tenant_id, scope, key ORDER BY version, id
+                  ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS next_from
               FROM memories WHERE key IS NOT NULL AND {_EVER_CURRENT}) s
         WHERE m.tenant_id = s.tenant_id AND m.id = s.id AND m.status = 'superseded'
           AND s.next_from IS NOT NULL
