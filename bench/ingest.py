@@ -114,6 +114,7 @@ def timed_steps(log: dict[str, float]) -> Iterator[None]:
         (write, "store", "store"), (store_memories, "insert", "store.memory_insert"),
         (store_memories, "insert_many", "store.memory_insert"),
         (store_memories, "supersede", "store.supersede"),
+        (store_memories, "supersede_version", "store.supersede"),
         (audit_log, "append_many", "store.audit_append"),
         (lineage, "check_sources", "store.lineage_check"), (lineage, "record", "store.lineage"),
         (graph, "index", "store.graph"), (audit_log, "append", "store.audit_append"),

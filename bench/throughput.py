@@ -407,6 +407,7 @@ def load_rows(vault: Any, texts: list[str], vecs: Any, insert_batch: int) -> dic
         from mnemovault.pii.service import content_writer
     except ImportError:  # an older tree's src
         content_writer = None  # type: ignore[assignment]
+    cols = [c.strip() for c in memory_store.INSERT_COLUMNS.split(",")]
     for i in range(0, n, insert_batch):
         with vault.db.transaction(tenant) as conn:
             sealer = content_writer(vault.rt, conn, tenant) if content_writer else None
@@ -414,16 +415,24 @@ def load_rows(vault: Any, texts: list[str], vecs: Any, insert_batch: int) -> dic
             for j in range(i, min(i + insert_batch, n)):
                 created = base + timedelta(minutes=7 * j)
                 mid, subject = uuid7(), texts[j].split(":", 1)[0]
-                sealed: tuple[Any, ...] = ()
-                content = texts[j]
+                prov: dict[str, Any] = {"source": "bench", "source_id": str(j)}
+                row: dict[str, Any] = {
+                    "tenant_id": tenant, "id": mid, "scope": BENCH_SCOPE,
+                    "subject_id": subject, "type": "episode", "content": texts[j],
+                    "embedding": vecs[j], "created_at": created, "updated_at": now,
+                    "version": 1, "valid_from": created}
+                if key is not None:
+                    row["tsv"], row["tsv_length"] = terms.document(key, texts[j])
                 if sealer is not None:
-                    sealed = (*sealer.content(BENCH_SCOPE, subject, mid, texts[j]), None)
-                    content = memory_store.stored_plaintext(texts[j])
-                rows.append((tenant, mid, BENCH_SCOPE, subject, "episode",
-                             content, None, vecs[j], created, now,
-                             Jsonb({"source": "bench", "source_id": str(j)}), None, 1,
-                             *(terms.document(key, texts[j]) if key is not None else ()),
-                             *sealed))
+                    row["key_id"], row["content_sealed"] = sealer.content(
+                        BENCH_SCOPE, subject, mid, texts[j])
+                    row["content"] = memory_store.stored_plaintext(texts[j])
+                    if hasattr(sealer, "provenance"):
+                        prov, row["provenance_sealed"] = sealer.provenance(
+                            BENCH_SCOPE, subject, mid, prov)
+                row["provenance"] = Jsonb(prov)
+                # in the order of the tree's insert (columns come with migrations)
+                rows.append(tuple(row.get(c) for c in cols))
             memory_store.insert(conn, rows)
         if (i // insert_batch) % 5 == 4 or i + insert_batch >= n:
             done = min(i + insert_batch, n)

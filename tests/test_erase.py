@@ -435,8 +435,9 @@ def test_erase_and_rectify_with_pseudonymisation_off(
     b = vault.remember("kept", scope="s", subject="other", principal=who).id
     listed = [m.id for m in vault.subjects.list(subject, scope="s", principal=who).items]
     assert listed == [a] and vault.get(a, principal=who).subject == subject  # as written
-    assert vault.subjects.rectify(b, "kept, corrected", principal=who).version == 2
+    fixed = vault.subjects.rectify(b, "kept, corrected", principal=who)
+    assert fixed.version == 2 and fixed.history is not None  # valid time: a history version
     er = vault.subjects.erase(subject, scope="s", principal=who)
     assert er.deleted == [a] and er.shredded == []
     assert vault.subjects.verify_receipt(er.receipt)["counts"]["memories"] == 1
-    assert memory_ids(vault, tenant) == {b}
+    assert memory_ids(vault, tenant) == {b, fixed.history}

@@ -37,7 +37,7 @@ def corpus(vault: MemoryVault) -> tuple[str, dict[str, tuple[list, np.ndarray]]]
         vecs = _clustered(rng, n, centres)
         ids = [uuid7() for _ in range(n)]
         rows = [(tenant, i, scope, None, "episode", f"v{j}", None, v, now, now, Jsonb({}),
-                 None, 1, "", 0, None, None, None, None)  # no terms; not sealed
+                 None, 1, "", 0, None, None, None, None, now, None)  # no terms; not sealed
                 for j, (i, v) in enumerate(zip(ids, vecs, strict=True))]
         for s in range(0, n, 2000):
             with vault.db.transaction(tenant) as conn:

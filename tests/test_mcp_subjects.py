@@ -103,8 +103,10 @@ def test_list_export_rectify_erase_round_trip(session: Session, vault: MemoryVau
     assert fixed["id"] == b["id"] and fixed["version"] == 2
     assert vault.get(b["id"], principal=s.holder["who"]).content == "Ada prefers mint tea."
 
+    assert fixed["history"]  # the stretch before the correction (valid time, issue 23)
+
     er = s.ok("subject_erase", subject="ada.l@example.org", scope="sup")
-    assert sorted(er["deleted"]) == sorted([a["id"], b["id"]])
+    assert sorted(er["deleted"]) == sorted([a["id"], b["id"], fixed["history"]])
     assert er["shredded"]  # the e-mail only Ada's memories used
     assert vault.subjects.verify_receipt(er["receipt"])["tenant"] == tenant
     assert s.ok("subject_memories", subject="ada.l@example.org", scope="sup")["items"] == []

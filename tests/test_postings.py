@@ -71,7 +71,8 @@ def _insert(vault: MemoryVault, tenant: str, scope: str, texts: list[str]) -> li
     with vault.db.transaction(tenant) as conn:
         rows = [(tenant, i, scope, None, "episode", t, None, vec, now - timedelta(seconds=j),
                  now, Jsonb({"source": "test"}), None, 1, *lexical.doc(vault, conn, t),
-                 None, None, None, None)  # not sealed (key_id, *_sealed)
+                 None, None, None, None,  # not sealed (key_id, *_sealed)
+                 now - timedelta(seconds=j), None)  # valid from its creation
                 for j, (i, t) in enumerate(zip(ids, texts, strict=True))]
         memory_store.insert_many(conn, rows)
     return ids

@@ -36,7 +36,13 @@ def test_rectify_replaces_the_content_and_shreds_what_only_it_used(
     got = vault.get(m.id, principal=who, reveal=True)
     assert new_mail in got.content and old_mail not in got.content
     assert got.version == 2 and got.status == "active"
-    assert counts(vault, tenant)["memories"] == before["memories"]  # in place, no version row
+    # in place; the stretch before the correction is a version of its own (valid time,
+    # issue 23), holding the corrected text: the old one is kept nowhere
+    assert counts(vault, tenant)["memories"] == before["memories"] + 1
+    assert res.history is not None
+    hist = vault.get(res.history, principal=who, reveal=True)
+    assert hist.status == "superseded" and new_mail in hist.content
+    assert hist.valid_to == got.valid_from == res.valid_from
     with vault.db.transaction(tenant) as conn:
         rows = conn.execute("SELECT content FROM memories").fetchall()
         assert not any(f"zebra{u}" in r["content"] for r in rows)  # the old text is gone

@@ -27,7 +27,8 @@ def _row(vault: MemoryVault, conn: Any, tenant: str, scope: str,
     vec = vault.rt.embedder.embed([content])[0]
     return (tenant, uuid.uuid4(), scope, None, "episode", content, None, vec, now, now,
             Jsonb({}), None, 1, *lexical.doc(vault, conn, content),
-            None, None, None, None)  # not sealed (key_id, *_sealed)
+            None, None, None, None,  # not sealed (key_id, *_sealed)
+            now, None)  # valid from now on
 
 
 def _consistent(vault: MemoryVault, tenant: str, scope: str) -> dict[str, Any]:

@@ -167,5 +167,6 @@ def test_view_purposes_are_the_documented_table() -> None:
     assert _statuses("read", False) == ("active", "superseded")
     assert _statuses("read", True) == ("active", "superseded", "pending_review")
     assert _statuses("recall", True) == ("active",)
+    assert _statuses("as_of", True) == ("active", "superseded")  # within their intervals
     assert _statuses("review", False) == ()
     assert _statuses("subject", False) is None

@@ -38,7 +38,8 @@ import json
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -80,6 +81,7 @@ class Rec:
     email: str | None = None
     id: str = ""
     placeholder: str | None = None
+    valid_at: dict[str, bool] = field(default_factory=dict)  # World.times name -> valid then
 
     def __str__(self) -> str:
         return self.state
@@ -175,6 +177,7 @@ class World:
     recs: list[Rec]
     callers: dict[str, Caller]
     mcp: McpSession
+    times: dict[str, str]  # the as_of times of the as_of paths (ISO 8601): name -> time
 
     def main(self) -> list[Rec]:
         return [r for r in self.recs if r.tenant == "main"]
@@ -385,13 +388,32 @@ def world(vault: MemoryVault, echo: EchoModel, mcp: McpSession) -> Iterator[Worl
     b.procedure("proc_other_tenant", VS, SA, tenant="other")
     assert {r.status for r in b.recs} == {"active", "superseded", "pending_review"}
 
+    # the as_of times: between the superseded version's start and its successor's, and now
+    # (after every write); each record's valid interval decides whether it was valid then
+    ids = [r.id for r in b.recs if r.exists]
+    spans: dict[str, tuple[Any, Any]] = {}
+    for t in tenants.values():
+        with vault.db.transaction(t) as conn:
+            spans.update({str(r["id"]): (r["valid_from"], r["valid_to"]) for r in conn.execute(
+                "SELECT id, valid_from, valid_to FROM memories WHERE id = ANY(%s::uuid[])",
+                (ids,)).fetchall()})
+    start, end = spans[superseded.id]
+    assert end is not None and end > start, "the superseded version holds a stretch of time"
+    times = {"between": start + (end - start) / 2, "now": datetime.now(UTC)}
+    for rec in b.recs:
+        vf, vt = spans.get(rec.id, (None, None))
+        rec.valid_at = {n: vf is not None and vf <= at and (vt is None or at < vt)
+                        for n, at in times.items()}
+    assert superseded.valid_at == {"between": True, "now": False}
+
     callers = {}
     for name, (role, scope, subject) in CALLERS.items():
         token, _ = vault.create_key(tenants["main"], role, scope=scope,  # type: ignore[arg-type]
                                     subject=subject)
         callers[name] = Caller(name, role, scope, subject, token, vault.authenticate(token))
     with TestClient(create_app(vault)) as client:  # one portal for every request
-        yield World(vault, client, tenants["main"], tenants["other"], b.recs, callers, mcp)
+        yield World(vault, client, tenants["main"], tenants["other"], b.recs, callers, mcp,
+                    {n: at.isoformat() for n, at in times.items()})
 
 
 # -- the rule ----------------------------------------------------------------------------------
@@ -428,6 +450,7 @@ class Path:
     archived: bool = True
     statuses: tuple[str, ...] | None = None
     kinds: tuple[str, ...] = ("memory", "procedure")
+    as_of: str | None = None  # an as_of path: the name of its time in World.times
 
 
 @dataclass(frozen=True)
@@ -452,6 +475,9 @@ def expect(p: Path, rec: Rec, c: Caller) -> Expect:
     pending = rec.status == "pending_review"
     status_ok = {"read": rec.status in READ_STATUSES or (pending and reviewer),
                  "recall": rec.status == "active",
+                 # as_of: current and superseded versions, each within its valid interval
+                 "as_of": (rec.status in READ_STATUSES and p.as_of is not None
+                           and rec.valid_at.get(p.as_of, False)),
                  "review": pending and reviewer,
                  "subject": True}[p.purpose]
     text = (has and within and status_ok and (p.archived or not rec.archived)
@@ -684,6 +710,15 @@ PATHS: list[Path] = [
         c, "POST", "/v1/recall", json_body={"query": QUERY, "scope": s, "k": 100,
                                             "filters": {"subject": sub}, "reveal": True})),
         needs=REVEAL, reveal=True, archived=False),
+    Path("POST /v1/recall as_of", "as_of", at(lambda w, c, s, sub: w.http(
+        c, "POST", "/v1/recall", json_body={"query": QUERY, "scope": s, "k": 100,
+                                            "filters": {"subject": sub},
+                                            "as_of": w.times["between"]})),
+        archived=False, as_of="between"),
+    Path("POST /v1/recall as_of now", "as_of", at(lambda w, c, s, sub: w.http(
+        c, "POST", "/v1/recall", params={"as_of": w.times["now"]},
+        json_body={"query": QUERY, "scope": s, "k": 100, "filters": {"subject": sub}})),
+        archived=False, as_of="now"),
     Path("POST /v1/recall include_archived", "recall", at(lambda w, c, s, sub: w.http(
         c, "POST", "/v1/recall", json_body={
             "query": QUERY, "scope": s, "k": 100,
@@ -768,6 +803,9 @@ PATHS: list[Path] = [
     # -- MCP tools -----------------------------------------------------------------------
     Path("mcp recall", "recall", at(lambda w, c, s, sub: w.mcp.call(
         c, "recall", query=QUERY, k=100, **_subject_args(s, sub))), archived=False),
+    Path("mcp recall as_of", "as_of", at(lambda w, c, s, sub: w.mcp.call(
+        c, "recall", query=QUERY, k=100, as_of=w.times["between"], **_subject_args(s, sub))),
+        archived=False, as_of="between"),
     Path("mcp recall include_archived", "recall", at(lambda w, c, s, sub: w.mcp.call(
         c, "recall", query=QUERY, k=100, include_archived=True, **_subject_args(s, sub)))),
     Path("mcp forget topic (preview)", "read", each(_mcp_preview, only=has_value),
@@ -799,6 +837,9 @@ PATHS: list[Path] = [
                              principal=c.who)))),
     Path("mv.recall", "recall", at(lambda w, c, s, sub: w.lib(lambda: w.vault.recall(
         QUERY, scope=s, k=100, filters={"subject": sub}, principal=c.who))), archived=False),
+    Path("mv.recall as_of", "as_of", at(lambda w, c, s, sub: w.lib(lambda: w.vault.recall(
+        QUERY, scope=s, k=100, filters={"subject": sub}, principal=c.who,
+        as_of=w.times["between"]))), archived=False, as_of="between"),
     Path("mv.recall reveal", "recall", at(lambda w, c, s, sub: w.lib(lambda: w.vault.recall(
         QUERY, scope=s, k=100, filters={"subject": sub}, reveal=True, principal=c.who))),
         needs=REVEAL, reveal=True, archived=False),

@@ -7,7 +7,15 @@ import uuid
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    field_validator,
+    model_validator,
+)
 
 from mnemovault.validation import MAX_NAME_CHARS, Timestamp, check_text, check_time, text_rule
 
@@ -123,10 +131,26 @@ class MemoryInput(BaseModel):
     key: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_CHARS)
     provenance: Provenance = Field(default_factory=Provenance)
     created_at: Timestamp | None = None
+    valid_from: Timestamp | None = Field(
+        default=None, validation_alias=AliasChoices("valid_from", "occurred_at"))
+    """When what it says became true in the world (its event time; also accepted as
+    ``occurred_at``): where a keyed version starts on its key's timeline
+    (:mod:`mnemovault.memories.valid_time`). Default: ``created_at``, else the time of the
+    write. Not later than the write."""
     entities: list[Entity] = Field(default_factory=list, max_length=100)
     derived_from: list[uuid.UUID] = Field(default_factory=list, max_length=100)
     """Lineage: the memories (same tenant and scope) this one was derived from, e.g. the
     episodes a fact was distilled from. Forgetting any of them forgets this one too."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_event_time(cls, data: Any) -> Any:
+        if (isinstance(data, dict) and data.get("valid_from") is not None
+                and data.get("occurred_at") is not None
+                and data["valid_from"] != data["occurred_at"]):
+            raise ValueError("valid_from: give valid_from or occurred_at (the same time), "
+                             "not two different times")
+        return data
 
     @field_validator("content")
     @classmethod
@@ -141,7 +165,7 @@ class MemoryInput(BaseModel):
     def _names(cls, v: str | None) -> str | None:
         return _name(v)
 
-    @field_validator("created_at")
+    @field_validator("created_at", "valid_from")
     @classmethod
     def _time(cls, v: datetime | None) -> datetime | None:
         return check_time(v)
@@ -166,6 +190,12 @@ class Memory(BaseModel):
     provenance: dict[str, Any]
     parent_id: uuid.UUID | None
     version: int
+    valid_from: datetime | None = None
+    """When this version became true (its event time: :mod:`mnemovault.memories.valid_time`)."""
+    valid_to: datetime | None = None
+    """When a later version replaced it (None: still true). ``[valid_from, valid_to)`` is
+    what an ``as_of`` recall matches; an empty interval marks a version never current (a
+    displaced or rejected review proposal)."""
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Memory:
@@ -176,7 +206,9 @@ class Memory(BaseModel):
 class Receipt(BaseModel):
     """What remember returns: the id, the version it superseded, placeholders created, the
     audit sequence number of the row that recorded it, and the ``status`` it was stored with
-    (``pending_review`` under the review gate: not recalled until approved)."""
+    (``pending_review`` under the review gate: not recalled until approved; ``superseded``
+    for a keyed statement dated before its key's current version: stored as a historical
+    version, :mod:`mnemovault.memories.valid_time`), and its valid interval."""
 
     id: uuid.UUID
     scope: str
@@ -184,7 +216,9 @@ class Receipt(BaseModel):
     superseded: uuid.UUID | None = None
     placeholders: list[str] = Field(default_factory=list)
     audit_seq: int
-    status: Literal["active", "pending_review"] = "active"
+    status: Literal["active", "pending_review", "superseded"] = "active"
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
 
 
 class RecallFilters(BaseModel):

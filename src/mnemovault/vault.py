@@ -205,14 +205,18 @@ class MemoryVault(Closing):
                  provenance: dict[str, Any] | None = None, created_at: datetime | None = None,
                  entities: builtins.list[dict[str, str]] | None = None,
                  derived_from: Sequence[uuid.UUID | str] | None = None,
-                 principal: Principal | None = None, request_id: str | None = None) -> Receipt:
+                 principal: Principal | None = None, request_id: str | None = None,
+                 valid_from: datetime | str | None = None) -> Receipt:
         """Remember one memory. See :meth:`remember_many`. ``entities`` names personal values
         (``[{"kind": "person", "value": "Ada"}]``) to pseudonymise here and from now on;
         ``derived_from`` the memories (same scope) it was derived from: forgetting any of
-        them forgets this one too."""
+        them forgets this one too. ``valid_from``: when what it says became true (its event
+        time; default ``created_at``, else now): a keyed version is placed on its key's
+        timeline by it (:mod:`mnemovault.memories.valid_time`)."""
         item = write.parse_one(content, scope=scope, subject=subject, type=type, key=key,
                                provenance=provenance, created_at=created_at,
-                               entities=entities, derived_from=derived_from)
+                               entities=entities, derived_from=derived_from,
+                               valid_from=valid_from)
         return write.remember(self.rt, self._who(principal), item, request_id=request_id)
 
     def remember_many(self, items: Sequence[MemoryInput | dict[str, Any]], *,
@@ -227,12 +231,13 @@ class MemoryVault(Closing):
     def recall(self, query: str, *, scope: str, k: int = 10,
                filters: RecallFilters | dict[str, Any] | None = None,
                principal: Principal | None = None, touch: bool = True, reveal: bool = False,
-               request_id: str | None = None) -> list[Hit]:
-        """The ``k`` best memories in ``scope`` for ``query``, best first; see
-        :func:`mnemovault.recall.service.recall`."""
+               request_id: str | None = None,
+               as_of: datetime | str | None = None) -> list[Hit]:
+        """The ``k`` best memories in ``scope`` for ``query``, best first; ``as_of``: what
+        was true at that time instead of now; see :func:`mnemovault.recall.service.recall`."""
         return recall_service.recall(self.rt, self._who(principal), query, scope=scope, k=k,
                                      filters=filters, touch=touch, reveal=reveal,
-                                     request_id=request_id)
+                                     request_id=request_id, as_of=as_of)
 
     def get(self, memory_id: uuid.UUID | str, *, principal: Principal | None = None,
             reveal: bool = False, request_id: str | None = None) -> Memory:

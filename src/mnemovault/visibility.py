@@ -19,13 +19,26 @@ purpose       active  superseded  archived     pending_review  used by
                                                                timeline, chat
                                                                context, procedure
                                                                recall
+``as_of``     yes     yes, when   when asked   no              recall ``as_of`` a
+              [1]     valid [1]                                time (every surface)
 ``review``    no      no          no           reviewers only  the review queue
 ``subject``   yes     yes         yes          yes             subject listing,
                                                                export and erase
 ============  ======  ==========  ===========  ==============  ===================
 
-The ``recall`` row is also written into the recall SQL itself (``status = 'active'`` in
-:func:`mnemovault.store.search.filter_sql` and the wake/timeline queries of
+[1] An ``as_of`` read (issue 23: what was true at time ``T``) sees a version only when
+its valid interval ``[valid_from, valid_to)`` contains ``T`` (an unkeyed memory: when it
+is valid from, i.e. was created, at or before ``T``; :mod:`mnemovault.memories.
+valid_time`). Superseded versions are visible to ``as_of`` reads only: the default recall
+is "now", the current versions. A displaced or rejected review proposal has an empty
+interval and so is seen by no ``as_of`` read; a pending one by none either (it is not
+placed on its key's timeline until approved). The interval condition is
+:func:`mnemovault.store.visibility.valid_at`.
+
+The ``recall`` and ``as_of`` rows are also written into the recall SQL itself (the
+statuses of :func:`recall_statuses` as literals in :func:`mnemovault.store.search.
+filter_sql`, with :func:`mnemovault.store.visibility.valid_at` for ``as_of``, and
+``status = 'active'`` in the wake/timeline queries of
 :mod:`mnemovault.store.memories`), because the BM25 postings hold only active rows and the
 planner needs the literal to use its indexes; ``tests/test_visibility_matrix.py`` checks
 those paths against this table like every other.
@@ -91,9 +104,9 @@ from mnemovault.runtime import Runtime
 from mnemovault.store import visibility as store
 
 Conn = psycopg.Connection[Any]
-Purpose = Literal["read", "recall", "review", "subject"]
+Purpose = Literal["read", "recall", "as_of", "review", "subject"]
 
-PURPOSES: tuple[Purpose, ...] = ("read", "recall", "review", "subject")
+PURPOSES: tuple[Purpose, ...] = ("read", "recall", "as_of", "review", "subject")
 """The purposes of the table in the module docstring."""
 
 RENDERED_FIELDS = ("content", "subject", "key", "scope")
@@ -106,9 +119,25 @@ def _statuses(purpose: Purpose, reviewer: bool) -> tuple[str, ...] | None:
         return ("active", "superseded", *pending)
     if purpose == "recall":
         return ("active",)
+    if purpose == "as_of":  # within the valid interval: store.valid_at
+        return ("active", "superseded")
     if purpose == "review":
         return pending
     return None  # subject: every status
+
+
+def recall_purpose(as_of: Any) -> Purpose:
+    """The purpose of a recall: ``as_of`` when it asks for a past time, else ``recall``."""
+    return "recall" if as_of is None else "as_of"
+
+
+def recall_statuses(as_of: Any = None) -> tuple[str, ...]:
+    """The statuses a recall sees (the ``recall`` row of the table; ``as_of`` when it
+    asks what was true at a time, then only within each version's valid interval:
+    :func:`mnemovault.store.visibility.valid_at`)."""
+    statuses = _statuses(recall_purpose(as_of), False)
+    assert statuses is not None
+    return statuses
 
 
 @dataclass(frozen=True)
@@ -122,6 +151,7 @@ class View:
     purpose: Purpose
     scope: str | None  # the key's scope limit as stored, or None
     subject: str | None  # the key's subject limit as stored, or None
+    as_of: Any = None  # an ``as_of`` view's time (a datetime)
 
     @property
     def reviewer(self) -> bool:
@@ -141,10 +171,22 @@ class View:
 
     def sees(self, row: dict[str, Any] | Memory) -> bool:
         """Whether this view shows the row at all: within the limits, in a status it
-        sees."""
+        sees (an ``as_of`` view: also within its valid interval at :attr:`as_of`)."""
         statuses = self.statuses
         status = row["status"] if isinstance(row, dict) else row.status
+        if self.purpose == "as_of" and not self.valid(row):
+            return False
         return self.within(row) and (statuses is None or status in statuses)
+
+    def valid(self, row: dict[str, Any] | Memory) -> bool:
+        """Whether the row's valid interval contains :attr:`as_of` (True when the view
+        has no time: every other purpose)."""
+        if self.as_of is None:
+            return True
+        start, end = ((row.get("valid_from"), row.get("valid_to")) if isinstance(row, dict)
+                      else (row.valid_from, row.valid_to))
+        return start is not None and start <= self.as_of and (end is None
+                                                                or self.as_of < end)
 
     def withheld(self, row: dict[str, Any]) -> str | None:
         """Why a row an operation reaches is shown without its text (``outside_limits``,
@@ -161,8 +203,11 @@ class View:
         wanted = None if mine is None and statuses is None else [
             s for s in (statuses if statuses is not None else mine or ())
             if mine is None or s in mine]
-        return store.clause(params, scope=self.scope, subject=self.subject,
-                            statuses=wanted, alias=alias)
+        out = store.clause(params, scope=self.scope, subject=self.subject,
+                           statuses=wanted, alias=alias)
+        if self.purpose == "as_of":
+            out += store.valid_at(params, self.as_of, alias=alias)
+        return out
 
     # -- reveal --------------------------------------------------------------------------
     def revealable(self, placeholders: Iterable[str]) -> set[str]:
@@ -289,13 +334,17 @@ def _scope_subject(row: dict[str, Any] | Memory) -> tuple[str | None, str | None
 
 
 def view(rt: Runtime, conn: Conn, who: Principal, purpose: Purpose = "read", *,
-         tr: Translator | None = None) -> View:
+         tr: Translator | None = None, as_of: Any = None) -> View:
     """The caller's :class:`View` in ``conn``'s transaction (its limits translated to their
-    stored form once: ``tr`` reuses an operation's translator)."""
+    stored form once: ``tr`` reuses an operation's translator); ``as_of`` (a datetime) is
+    the time of an ``as_of`` view and required by it."""
     if purpose not in PURPOSES:
         raise ValueError(f"purpose: one of {', '.join(PURPOSES)}")
+    if (purpose == "as_of") != (as_of is not None):
+        raise ValueError("as_of: the time of an as_of view, and of no other")
     scope = subject = None
     if who.limited:
         tr = tr or Translator(rt, conn, who.tenant, names=True)
         scope, subject = tr(who.scope), tr(who.subject)
-    return View(rt=rt, conn=conn, who=who, purpose=purpose, scope=scope, subject=subject)
+    return View(rt=rt, conn=conn, who=who, purpose=purpose, scope=scope, subject=subject,
+                as_of=as_of)

@@ -36,6 +36,7 @@ from mnemovault.errors import (
     ValidationError,
 )
 from mnemovault.models import ForgetResult, Hit, Memory, MemoryInput, Page, RecallFilters, Receipt
+from mnemovault.validation import Timestamp
 from mnemovault.vault import MemoryVault
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,10 @@ class RecallRequest(BaseModel):
     k: StrictInt = Field(default=10, ge=1, le=100)
     filters: RecallFilters = Field(default_factory=RecallFilters)
     reveal: StrictBool = False
+    as_of: Timestamp | None = None
+    """What was true at this time (ISO 8601) instead of now: each key's version valid then
+    (:mod:`mnemovault.memories.valid_time`); also accepted as the ``as_of`` query
+    parameter."""
 
 
 class ListRequest(BaseModel):
@@ -469,9 +474,16 @@ def create_app(vault: MemoryVault) -> FastAPI:
         return DeleteResponse(**res.model_dump())
 
     @app.post("/v1/recall", response_model=RecallResponse, tags=["recall"])
-    def recall(body: RecallRequest, who: Auth, request: Request) -> RecallResponse:
+    def recall(body: RecallRequest, who: Auth, request: Request,
+               as_of: Annotated[str | None, Query(max_length=64)] = None) -> RecallResponse:
+        """The best memories for a query, now; ``as_of`` (body or query, ISO 8601): what
+        was true at that time."""
+        if as_of is not None and body.as_of is not None:
+            raise ValidationError("as_of: give it in the body or the query, not both",
+                                  field="as_of")
         hits = vault.recall(body.query, scope=body.scope, k=body.k, filters=body.filters,
-                            principal=who, reveal=body.reveal, request_id=rid(request))
+                            principal=who, reveal=body.reveal, request_id=rid(request),
+                            as_of=body.as_of if body.as_of is not None else as_of)
         return RecallResponse(hits=hits)
 
     @app.get("/v1/vault", tags=["vault"])

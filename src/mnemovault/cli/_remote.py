@@ -145,10 +145,11 @@ _COMMANDS: dict[str, tuple[dict[str, str], set[str], bool]] = {
     # command: (options taking a value -> name, flags, takes one positional argument)
     "list": ({"--scope": "scope", "--limit": "limit", "--cursor": "cursor"},
              {"--flagged", "--json"}, False),
-    "recall": ({"--scope": "scope", "-k": "k", "--subject": "subject"},
+    "recall": ({"--scope": "scope", "-k": "k", "--subject": "subject", "--as-of": "as_of"},
                {"--reveal", "--json"}, True),
     "remember": ({"--scope": "scope", "--subject": "subject", "--key": "key",
-                  "--type": "type", "--entity": "entity"}, {"--json"}, True),
+                  "--type": "type", "--entity": "entity", "--valid-from": "valid_from"},
+                 {"--json"}, True),
 }
 _INTS = {"limit", "k"}
 
@@ -308,6 +309,8 @@ def _recall(sock: Path, tenant: str, o: dict[str, Any]) -> int:
                             "k": o.get("k", 5), "reveal": bool(o.get("reveal"))}
     if o.get("subject"):
         body["filters"] = {"subject": o["subject"]}
+    if o.get("as_of"):
+        body["as_of"] = o["as_of"]
     try:
         hits = _answer(*request(sock, "POST", "/v1/recall", tenant=tenant, body=body))["hits"]
     except _Failed as exc:
@@ -360,7 +363,7 @@ def _remember(sock: Path, tenant: str, o: dict[str, Any], glob: dict[str, Any]) 
     body: dict[str, Any] = {"content": o["arg"], "scope": o.get("scope", "default"),
                             "type": o.get("type", "episode"),
                             "provenance": {"source": "cli"}, "entities": entities}
-    for name in ("subject", "key"):
+    for name in ("subject", "key", "valid_from"):
         if o.get(name) is not None:
             body[name] = o[name]
     try:
@@ -375,6 +378,9 @@ def _remember(sock: Path, tenant: str, o: dict[str, Any], glob: dict[str, Any]) 
     out = Console()
     extra = f", supersedes {r['superseded']}" if r.get("superseded") else ""
     out.print(f"remembered [bold]{r['id']}[/] (version {r['version']}{extra})")
+    if r.get("status") == "superseded":
+        out.print(f"dated before the key's current version: kept as history, valid "
+                  f"{r.get('valid_from')} to {r.get('valid_to') or 'now'}", highlight=False)
     if r.get("status") == "pending_review":
         out.print("held for review (REQUIRE_REVIEW): not recalled until approved with "
                   f"`{hint(glob, 'review approve ' + str(r['id']))}`", markup=False,

@@ -37,6 +37,9 @@ def remember(
     type: Annotated[str, typer.Option(help="episode, fact or procedure.")] = "episode",
     entity: Annotated[list[str] | None, typer.Option(
         help="A personal value to pseudonymise, as kind=value (repeatable).")] = None,
+    valid_from: Annotated[str | None, typer.Option(
+        "--valid-from", help="When it became true (ISO 8601; default now): a keyed "
+        "version's place on its key's timeline.")] = None,
     as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
 ) -> None:
     """Remember one memory."""
@@ -49,7 +52,8 @@ def remember(
     try:
         with _vault(ctx, embeds=True) as vault:
             r = vault.remember(text, scope=scope, subject=subject, key=key, type=type,
-                               provenance={"source": "cli"}, entities=entities)
+                               provenance={"source": "cli"}, entities=entities,
+                               valid_from=valid_from)
     except MnemoError as exc:
         _fail(exc)
         return
@@ -58,6 +62,10 @@ def remember(
     else:
         extra = f", supersedes {r.superseded}" if r.superseded else ""
         out.print(f"remembered [bold]{r.id}[/] (version {r.version}{extra})")
+        if r.status == "superseded":
+            out.print(f"dated before the key's current version: kept as history, valid "
+                      f"{r.valid_from.isoformat() if r.valid_from else '?'} to "
+                      f"{r.valid_to.isoformat() if r.valid_to else 'now'}", highlight=False)
         if r.status == "pending_review":
             out.print("held for review (REQUIRE_REVIEW): not recalled until approved with "
                       f"`{_hint(f'review approve {r.id}')}`", markup=False, highlight=False)
@@ -73,12 +81,14 @@ def recall(
     subject: Annotated[str | None, typer.Option(help="Only this subject.")] = None,
     reveal: Annotated[bool, typer.Option(metavar="", help="Show personal values (audited).")]
     = False,
+    as_of: Annotated[str | None, typer.Option(
+        "--as-of", help="What was true at this time (ISO 8601) instead of now.")] = None,
     as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
 ) -> None:
-    """Recall the memories that best match a query."""
+    """Recall the memories that best match a query (now, or --as-of a past time)."""
     try:
         with _vault(ctx, create=False, embeds=True) as vault:
-            hits = vault.recall(query, scope=scope, k=k, reveal=reveal,
+            hits = vault.recall(query, scope=scope, k=k, reveal=reveal, as_of=as_of,
                                 filters={"subject": subject} if subject else None)
     except MnemoError as exc:
         _fail(exc)

@@ -21,8 +21,11 @@ version likewise leaves its parent recalled until it is approved.
   subject. Procedures are ``memories`` rows of type ``procedure``, so they are in it.
 * :func:`approve`: the item becomes ``active`` (``provenance.review = "approved"``) and,
   in the same transaction, the version it replaces becomes ``superseded``: the key's
-  ``active`` row for a keyed memory, the parent for a procedure version
-  (:func:`mnemovault.procedures.service.settle_versions`).
+  ``active`` row for a keyed memory (its ``valid_to`` the item's ``valid_from``), the
+  parent for a procedure version (:func:`mnemovault.procedures.service.settle_versions`).
+  A keyed item dated before its key's current version is placed on the key's timeline
+  as a historical version instead (``superseded``, approved; the current one stays:
+  :mod:`mnemovault.memories.valid_time`).
 * :func:`reject`: an item that is not a version of another (no ``parent_id``) is deleted
   through the one forget path (:func:`mnemovault.governance.forget.forget`: its vault
   values no other record uses are shredded, memories derived from it go too, a
@@ -59,6 +62,7 @@ reviewer's call.
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -70,6 +74,7 @@ from mnemovault.auth import Principal
 from mnemovault.errors import Conflict, Forbidden, NotFound, ValidationError
 from mnemovault.governance import forget as forget_mod
 from mnemovault.guard import capture
+from mnemovault.memories import valid_time
 from mnemovault.models import Memory, Page
 from mnemovault.pii import service as pii
 from mnemovault.runtime import Runtime
@@ -218,9 +223,17 @@ def approve(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, *,
         _check_duties(rt, conn, who, row)
         _check_parent(conn, who, row)
         note = pii.Translator(rt, conn, who.tenant)(text)
-        # the key's active version goes first: a key has one active row at most
-        replaced = store.supersede_active_of_key(conn, who.tenant, mid)
-        store.approve(conn, who.tenant, mid)
+        # placed on its key's timeline by its event time (mnemovault.memories.valid_time):
+        # the key's active version goes first (a key has one active row at most), or this
+        # one is a statement dated before it and becomes a historical version
+        placement = valid_time.Placement(current=True, valid_to=None)
+        if row.get("key_hash") is not None:
+            placement = valid_time.place(
+                conn, who.tenant, row["scope"], row["key_hash"],
+                row["valid_from"] or row["created_at"], datetime.now(UTC), exclude=mid)
+        store.approve(conn, who.tenant, mid, current=placement.current,
+                      valid_to=placement.valid_to)
+        replaced = placement.retired
         superseded: list[uuid.UUID] = [replaced] if replaced is not None else []
         if row["type"] == "procedure":
             from mnemovault.procedures import service as procedures
@@ -228,9 +241,11 @@ def approve(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, *,
             superseded += procedures.settle_versions(conn, [mid])
         seq = _audit(conn, who, "REVIEW_APPROVE", mid, request_id, note,
                      decision="approved", type=row["type"],
+                     **({} if placement.current else {"historical": True}),
                      superseded=[str(s) for s in superseded])
-    return ReviewDecision(id=mid, decision="approved", status="active", reviewer=who.actor,
-                          superseded=superseded, audit_seq=seq)
+    return ReviewDecision(id=mid, decision="approved",
+                          status="active" if placement.current else "superseded",
+                          reviewer=who.actor, superseded=superseded, audit_seq=seq)
 
 
 def reject(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, *,

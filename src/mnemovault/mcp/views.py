@@ -22,7 +22,9 @@ def memory_item(m: Memory) -> dict[str, Any]:
     ``[erased]`` for shredded values)."""
     return {"id": str(m.id), "scope": m.scope, "subject": m.subject, "type": m.type,
             "key": m.key, "version": m.version, "pinned": m.pinned, "archived": m.archived,
-            "status": m.status, "created_at": m.created_at.isoformat(), "content": m.content}
+            "status": m.status, "created_at": m.created_at.isoformat(),
+            "valid_from": m.valid_from.isoformat() if m.valid_from else None,
+            "valid_to": m.valid_to.isoformat() if m.valid_to else None, "content": m.content}
 
 
 def parse_time(value: str | None, field: str) -> datetime | None:

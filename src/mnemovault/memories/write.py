@@ -47,6 +47,7 @@ from mnemovault.governance import graph, lineage
 from mnemovault.guard import capture
 from mnemovault.guard import sanitise as injection
 from mnemovault.ids import uuid7
+from mnemovault.memories import valid_time
 from mnemovault.models import MemoryInput, Provenance, Receipt
 from mnemovault.pii import service as pii
 from mnemovault.recall import terms
@@ -87,7 +88,8 @@ class Ahead:
 def parse_one(content: str, *, scope: str, subject: str | None, type: str, key: str | None,
               provenance: dict[str, Any] | None, created_at: datetime | None,
               entities: builtins.list[dict[str, str]] | None,
-              derived_from: Sequence[uuid.UUID | str] | None) -> MemoryInput:
+              derived_from: Sequence[uuid.UUID | str] | None,
+              valid_from: datetime | str | None = None) -> MemoryInput:
     """The library arguments of one remember as a checked :class:`MemoryInput`.
 
     Raises:
@@ -95,7 +97,8 @@ def parse_one(content: str, *, scope: str, subject: str | None, type: str, key: 
     """
     item = {"content": content, "scope": scope, "subject": subject, "type": type,
             "key": key, "provenance": provenance or {}, "created_at": created_at,
-            "entities": entities or [], "derived_from": list(derived_from or [])}
+            "entities": entities or [], "derived_from": list(derived_from or []),
+            "valid_from": valid_from}
     try:
         return MemoryInput.model_validate(item)
     except PydanticValidationError as exc:
@@ -137,7 +140,10 @@ def remember_many(rt: Runtime, who: Principal,
     short read-only transaction for that prediction, one write transaction, one audit row.
 
     Memories with a ``key`` that is already live in their scope become a new version
-    (``version`` + 1, ``parent_id`` = old id); the old one is marked ``superseded``.
+    (``version`` + 1, ``parent_id`` = old id), placed on the key's timeline by its event
+    time (:mod:`mnemovault.memories.valid_time`): the old one is marked ``superseded``
+    with ``valid_to`` = the new one's ``valid_from``, or, for a statement dated before the
+    current version, the new one is stored as a historical version.
 
     Returns:
         One :class:`Receipt` per item, in input order.
@@ -155,6 +161,13 @@ def remember_many(rt: Runtime, who: Principal,
         who.check_subject(item.subject)
         if who.subject is not None and item.subject is None:
             inputs[n] = item.model_copy(update={"subject": who.subject})
+    now = datetime.now(UTC)
+    for n, item in enumerate(inputs):  # before anything runs: a bad event time names it
+        try:
+            valid_time.event_time(item.valid_from, item.created_at, now)
+        except ValidationError:
+            raise ValidationError(f"items.{n}.valid_from: must not be later than the time "
+                                  "of the write", field=f"items.{n}.valid_from") from None
     guard(rt, inputs, who, trigger, request_id)
     inputs = sanitise(inputs, trigger, rt.settings)
     ahead = embed_ahead(rt, inputs, who)  # no transaction open, no lock held
@@ -389,15 +402,18 @@ def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: 
     sealer = pii.content_writer(rt, conn, who.tenant)
     term_key = terms.tenant_key(rt.pii, conn, who.tenant)
     assert term_key is not None  # created on first use
+    historical = 0
     for p, vec in zip(prepared, vectors, strict=True):
         mid = uuid7()
         key_id, sealed = sealer.content(p.item.scope, p.item.subject, mid, p.content)
         stored_key, key_sealed = sealer.memory_key(p.item.scope, p.item.subject, mid,
                                                    p.item.key)
+        valid_from = valid_time.event_time(p.item.valid_from, p.item.created_at, now)
         parent, version, superseded = None, 1, None
+        placement = valid_time.Placement(current=True, valid_to=None)
         if stored_key is not None:
-            parent, version, superseded = _next_version(conn, who.tenant, p.item.scope,
-                                                        stored_key, now, held)
+            parent, version, superseded, placement = _next_version(
+                conn, who.tenant, p.item.scope, stored_key, now, held, valid_from)
             displaced += held and superseded is not None
         tsv, tsv_length = terms.document(term_key, p.content)
         clear_prov, prov_sealed = sealer.provenance(
@@ -405,14 +421,22 @@ def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: 
         row = (who.tenant, mid, p.item.scope, p.item.subject, p.item.type,
                store_memories.stored_plaintext(p.content), stored_key, vec,
                p.item.created_at or now, now, Jsonb(clear_prov), parent, version,
-               tsv, tsv_length, key_id, sealed, key_sealed, prov_sealed)
+               tsv, tsv_length, key_id, sealed, key_sealed, prov_sealed, valid_from,
+               placement.valid_to)
         if p.item.key is not None:  # before the next item may supersede it
-            (store_review.insert_held if held else store_memories.insert)(conn, [row])
+            if held:
+                store_review.insert_held(conn, [row])
+            else:
+                store_memories.insert(conn, [row], status="active" if placement.current
+                                      else "superseded")
         else:
             rows.append(row)
+        historical += not placement.current
         receipts.append(Receipt(id=mid, scope=p.item.scope, version=version,
                                 superseded=superseded, placeholders=p.placeholders,
-                                audit_seq=0))
+                                audit_seq=0, valid_from=valid_from,
+                                valid_to=placement.valid_to,
+                                status="active" if placement.current else "superseded"))
     store_memories.insert_many(conn, rows)  # one statement: its triggers run once
     if held:
         store_review.hold(conn, who.tenant, [r.id for r in receipts], captured_by=who.actor)
@@ -423,6 +447,7 @@ def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: 
         details={"count": len(receipts),
                  "superseded": sum(1 for r in receipts if r.superseded),
                  "placeholders_created": sorted({p for r in receipts for p in r.placeholders}),
+                 **({"historical": historical} if historical else {}),
                  **({"status": "pending_review", "displaced": displaced} if held else {})},
     )
     for r in receipts:
@@ -433,24 +458,30 @@ def store(rt: Runtime, conn: Conn, prepared: list[Prepared], vectors: Any, who: 
 
 
 def _next_version(conn: Conn, tenant: str, scope: str, key: str, now: datetime,
-                  held: bool) -> tuple[uuid.UUID | None, int, uuid.UUID | None]:
+                  held: bool, valid_from: datetime
+                  ) -> tuple[uuid.UUID | None, int, uuid.UUID | None, valid_time.Placement]:
     """Where a new version of ``key`` in ``scope`` goes: (``parent_id``, ``version``, the
-    row retired now). ``version`` is one more than the key's highest (rejected and
-    displaced versions count, so numbers are never reused); the parent is the key's
-    ``active`` version, else its pending one. A pending version of the key is displaced
-    (``superseded``, ``provenance.review = "displaced"``): the key waits on one
-    proposal, the newest. Without the gate (``held`` False) the active version is
-    superseded too; under it the active version stays."""
+    row retired now, its place on the key's timeline). ``version`` is one more than the
+    key's highest (rejected and displaced versions count, so numbers are never reused);
+    the parent is the key's ``active`` version, else its pending one. A pending version of
+    the key is displaced (``superseded``, ``provenance.review = "displaced"``, an empty
+    valid interval): the key waits on one proposal, the newest. Without the gate
+    (``held`` False) the new version is placed on the key's timeline by its event time
+    ``valid_from`` (:func:`mnemovault.memories.valid_time.place`: the active version is
+    superseded, or the new one is historical); under it the active version stays and the
+    new one is placed when approved."""
     active, pending, top = store_review.key_versions(conn, tenant, scope, key)
     parent = active or pending
     retired = None
     if pending is not None:
         store_review.displace(conn, tenant, pending["id"], now)
         retired = pending["id"]
-    if active is not None and not held:
-        store_memories.supersede(conn, tenant, scope, key, now)
-        retired = active["id"]
-    return (parent["id"] if parent else None), top + 1, retired
+    placement = valid_time.Placement(current=True, valid_to=None)
+    if not held:
+        placement = valid_time.place(conn, tenant, scope, key, valid_from, now)
+        if placement.retired is not None:
+            retired = placement.retired
+    return (parent["id"] if parent else None), top + 1, retired, placement
 
 
 def _index(rt: Runtime, conn: Conn, tenant: str, prepared: list[Prepared],

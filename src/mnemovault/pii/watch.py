@@ -324,8 +324,9 @@ def _batch(rt: Runtime, who: Principal, ids: list[uuid.UUID], rep: TenantReport,
         added: set[str] = set()
         created: set[str] = set()
         for (locked, out, new), vector in zip(changes, vectors, strict=True):
-            _, gone = replace_in_place(rt, conn, tenant, locked, out.text, vector,
-                                       out.placeholders)
+            # no history version: the same statement, with a placeholder for the value
+            _, gone, _ = replace_in_place(rt, conn, tenant, locked, out.text, vector,
+                                          out.placeholders)
             shredded.extend(gone)
             added.update(new)
             created.update(out.created)

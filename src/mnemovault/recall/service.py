@@ -19,6 +19,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
 from mnemovault import validation as checked
@@ -34,7 +35,7 @@ from mnemovault.runtime import Runtime
 from mnemovault.store import memories as memory_store
 from mnemovault.store import neighbours
 from mnemovault.store.search import filter_sql, text_candidates, vector_candidates
-from mnemovault.validation import validation_error_from_pydantic
+from mnemovault.validation import TIME_RULE, Timestamp, validation_error_from_pydantic
 
 HNSW_MAX_CANDIDATES = 1000
 """pgvector's ``hnsw.ef_search`` limit: an HNSW scan cannot return more rows than that."""
@@ -46,10 +47,33 @@ def candidate_count(configured: int, k: int) -> int:
     return max(1, min(max(configured, k), HNSW_MAX_CANDIDATES))
 
 
+def checked_time(value: datetime | str | None, field: str) -> datetime | None:
+    """A caller's timestamp (a datetime, or ISO 8601 text; naive: UTC) within the bounds
+    of every timestamp (:mod:`mnemovault.validation`).
+
+    Raises:
+        ValidationError: names ``field``.
+    """
+    if value is None:
+        return None
+    try:
+        return TypeAdapter(Timestamp).validate_python(value)
+    except PydanticValidationError:
+        raise ValidationError(f"{field}: must be an ISO 8601 timestamp (naive: UTC) and "
+                              f"{TIME_RULE}", field=field) from None
+
+
 def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
            filters: RecallFilters | dict[str, Any] | None = None, touch: bool = True,
-           reveal: bool = False, request_id: str | None = None) -> list[Hit]:
+           reveal: bool = False, request_id: str | None = None,
+           as_of: datetime | str | None = None) -> list[Hit]:
     """The ``k`` best memories in ``scope`` for ``query``, best first (module docstring).
+
+    By default the current versions only (what is true now). ``as_of`` (a timestamp, or
+    its ISO 8601 text) asks what was true at that time: the versions of each key whose
+    valid interval ``[valid_from, valid_to)`` contains it and the unkeyed memories valid
+    from (created) at or before it (:mod:`mnemovault.memories.valid_time`; which statuses
+    that read sees is the visibility rule's ``as_of`` purpose).
 
     The query, scope and subject are pseudonymised like stored text (lookups only), so a
     query naming a known person finds the memories stored under their placeholder. Output
@@ -61,7 +85,8 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
     it before the cut to ``k``.
 
     Raises:
-        ValidationError: blank query, k outside 1..100, bad filter.
+        ValidationError: blank query, k outside 1..100, bad filter, ``as_of`` not a
+            timestamp in range.
         Forbidden: missing ``memory:read`` or a scope the key is not limited to.
     """
     who.require("memory:read")
@@ -76,6 +101,7 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
         except PydanticValidationError as exc:
             raise validation_error_from_pydantic(exc, prefix="filters") from None
     f = filters or RecallFilters()
+    when = checked_time(as_of, "as_of")
     if who.subject is not None:
         f = f.model_copy(update={"subject": who.subject})
     if reveal:
@@ -92,7 +118,8 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
                                    subject=subject, types=list(f.types or []),
                                    tags=pii.stored_tags(rt, conn, who.tenant,
                                                         list(f.tags or [])),
-                                   since=f.since, until=f.until)
+                                   since=f.since, until=f.until,
+                                   statuses=visibility.recall_statuses(when), as_of=when)
         vrows = vector_candidates(conn, qvec, where, params, n,
                                   ef_search=rt.settings.hnsw_ef_search)
         key = lexical_terms.tenant_key(rt.pii, conn, who.tenant, create=False)
@@ -126,7 +153,8 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
         if not ids:
             return []
         rows = memory_store.by_ids(conn, who.tenant, ids, touch=False)
-        by_id = {m.id: m for m in visibility.view(rt, conn, who, "recall", tr=tr).render(
+        by_id = {m.id: m for m in visibility.view(
+            rt, conn, who, visibility.recall_purpose(when), tr=tr, as_of=when).render(
             [Memory.from_row(r) for r in rows], reveal=reveal, request_id=request_id)}
     if touch:  # access statistics: a short transaction of its own, off the read path
         with rt.db.transaction(who.tenant) as conn:

@@ -23,7 +23,7 @@ import psycopg
 COLUMNS = (
     "id, scope, subject_id, type, content, key, pinned, archived, status, created_at, "
     "updated_at, last_accessed_at, access_count, provenance, parent_id, version, key_id, "
-    "content_sealed, key_sealed, provenance_sealed"
+    "content_sealed, key_sealed, provenance_sealed, valid_from, valid_to"
 )
 """The columns a :class:`~mnemovault.models.Memory` is built from (never the embedding).
 ``content_sealed`` under ``key_id`` is opened into ``content`` by the connection's row
@@ -34,8 +34,9 @@ stored ``key`` column, a keyed hash, stays in ``key_hash``), and the writer's
 
 INSERT_COLUMNS = ("tenant_id, id, scope, subject_id, type, content, key, embedding, "
                   "created_at, updated_at, provenance, parent_id, version, tsv, tsv_length, "
-                  "key_id, content_sealed, key_sealed, provenance_sealed")
-INSERT_ROW = "(" + ", ".join(["%s"] * 13 + ["%s::tsvector"] + ["%s"] * 5) + ")"
+                  "key_id, content_sealed, key_sealed, provenance_sealed, valid_from, "
+                  "valid_to")
+INSERT_ROW = "(" + ", ".join(["%s"] * 13 + ["%s::tsvector"] + ["%s"] * 7) + ")"
 _ROW = INSERT_ROW
 
 # The plaintext column of a sealed row is written empty: the lexical index reads keyed terms
@@ -65,30 +66,58 @@ def _limits(params: dict[str, Any], scope: str | None, subject: str | None) -> s
 
 
 # -- write ---------------------------------------------------------------------------------
-def supersede(conn: Conn, tenant: str, scope: str, key: str,
-              now: datetime) -> tuple[uuid.UUID, int] | None:
-    """Mark the live version of ``key`` in ``scope`` superseded; its (id, version), or None
-    when the key has no live version."""
+def supersede_version(conn: Conn, tenant: str, memory_id: uuid.UUID, *,
+                      valid_to: datetime, now: datetime) -> bool:
+    """Mark version ``memory_id`` superseded, its valid time ending at ``valid_to`` (where
+    its successor's begins: never before its own start); whether it was live."""
     row = conn.execute(
-        "UPDATE memories SET status = 'superseded', updated_at = %s WHERE tenant_id = %s "
-        "AND scope = %s AND key = %s AND status <> 'superseded' RETURNING id, version",
-        (now, tenant, scope, key)).fetchone()
-    return (row["id"], row["version"]) if row is not None else None
+        "UPDATE memories SET status = 'superseded', updated_at = %s, "
+        "valid_to = greatest(valid_from, %s) WHERE tenant_id = %s AND id = %s "
+        "AND status <> 'superseded' RETURNING id", (now, valid_to, tenant, memory_id)).fetchone()
+    return row is not None
 
 
-def insert(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
-    """Insert memories. Each row: (tenant_id, id, scope, subject_id, type, content, key,
-    embedding, created_at, updated_at, provenance (Jsonb), parent_id, version, tsv,
-    tsv_length, key_id, content_sealed, key_sealed, provenance_sealed)
-    (:data:`INSERT_COLUMNS`): tsv and
-    tsv_length the keyed terms of the content (:func:`mnemovault.recall.terms.document`)."""
+def set_valid_to(conn: Conn, tenant: str, memory_id: uuid.UUID, valid_to: datetime | None,
+                 now: datetime) -> None:
+    """End (or, with None, reopen) the valid time of ``memory_id`` at ``valid_to``."""
+    conn.execute("UPDATE memories SET valid_to = %s, updated_at = %s WHERE tenant_id = %s "
+                 "AND id = %s", (valid_to, now, tenant, memory_id))
+
+
+def key_timeline(conn: Conn, tenant: str, scope: str, key: str, *,
+                 exclude: uuid.UUID | None = None) -> list[dict[str, Any]]:
+    """The versions of ``key`` (its stored hash) in ``scope`` that hold a stretch of its
+    timeline: ``active`` or ``superseded`` with a non-empty ``[valid_from, valid_to)``
+    (displaced and rejected proposals hold none), locked ``FOR UPDATE``, by
+    (valid_from, version). Each row: ``id``, ``version``, ``status``, ``valid_from``,
+    ``valid_to``. ``exclude``: a row left out (the version being placed)."""
+    return conn.execute(
+        "SELECT id, version, status, valid_from, valid_to FROM memories "
+        "WHERE tenant_id = %s AND scope = %s AND key = %s "
+        "AND status IN ('active', 'superseded') AND valid_from IS NOT NULL "
+        "AND (valid_to IS NULL OR valid_to > valid_from) AND id IS DISTINCT FROM %s "
+        "ORDER BY valid_from, version FOR UPDATE",
+        (tenant, scope, key, exclude)).fetchall()
+
+
+def insert(conn: Conn, rows: Sequence[tuple[Any, ...]], *, status: str = "active") -> None:
+    """Insert memories with ``status`` (``active``; ``superseded`` for a historical
+    version). Each row: (tenant_id, id, scope, subject_id, type, content, key, embedding,
+    created_at, updated_at, provenance (Jsonb), parent_id, version, tsv, tsv_length,
+    key_id, content_sealed, key_sealed, provenance_sealed, valid_from, valid_to)
+    (:data:`INSERT_COLUMNS`):
+    tsv and tsv_length the keyed terms of the content
+    (:func:`mnemovault.recall.terms.document`)."""
     if not rows:
         return
+    if status not in ("active", "superseded"):
+        raise ValueError("status: active or superseded")
     with conn.cursor() as cur:
-        cur.executemany(f"INSERT INTO memories ({INSERT_COLUMNS}) VALUES {_ROW}", rows)
+        cur.executemany(f"INSERT INTO memories ({INSERT_COLUMNS}, status) "
+                        f"VALUES {_ROW[:-1]}, '{status}')", rows)
 
 
-_ROWS_PER_STATEMENT = 1000  # 19 parameters a row: far below PostgreSQL's 65,535
+_ROWS_PER_STATEMENT = 1000  # 21 parameters a row: far below PostgreSQL's 65,535
 
 
 def insert_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:

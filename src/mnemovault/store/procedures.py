@@ -64,7 +64,7 @@ def insert(conn: Conn, *, tenant: str, memory_id: uuid.UUID, scope: str, subject
     columns get empty values)."""
     cols = ("tenant_id, id, scope, subject_id, type, content, embedding, status, created_at, "
             "updated_at, provenance, parent_id, version, tsv, tsv_length, key_id, "
-            "content_sealed, provenance_sealed")
+            "content_sealed, provenance_sealed, valid_from")
     params = {"t": tenant, "id": memory_id, "scope": scope, "subject": subject,
               "content": stored_plaintext(content), "emb": embedding, "status": status,
               "now": now, "prov": Jsonb(provenance), "parent": parent_id, "version": version,
@@ -78,14 +78,14 @@ def insert(conn: Conn, *, tenant: str, memory_id: uuid.UUID, scope: str, subject
             f"INSERT INTO memories ({cols}) SELECT tenant_id, %(id)s, %(scope)s, %(subject)s, "
             "'procedure', %(content)s, embedding, %(status)s, %(now)s, %(now)s, %(prov)s, "
             "%(parent)s, %(version)s, %(tsv)s::tsvector, %(tsvlen)s, %(kid)s, %(sealed)s, "
-            "%(psealed)s FROM memories WHERE tenant_id = %(t)s AND id = %(parent)s",
+            "%(psealed)s, %(now)s FROM memories WHERE tenant_id = %(t)s AND id = %(parent)s",
             params)
     else:
         conn.execute(
             f"INSERT INTO memories ({cols}) VALUES (%(t)s, %(id)s, %(scope)s, %(subject)s, "
             "'procedure', %(content)s, %(emb)s, %(status)s, %(now)s, %(now)s, %(prov)s, "
             "%(parent)s, %(version)s, %(tsv)s::tsvector, %(tsvlen)s, %(kid)s, %(sealed)s, "
-            "%(psealed)s)",
+            "%(psealed)s, %(now)s)",
             params)
     conn.execute(
         "INSERT INTO procedures (tenant_id, memory_id, name, intent, steps, sealed, "
@@ -103,20 +103,24 @@ def lock(conn: Conn, tenant: str, memory_id: uuid.UUID) -> dict[str, Any] | None
 
 
 def supersede(conn: Conn, tenant: str, memory_id: uuid.UUID, now: datetime) -> bool:
-    """Mark procedure ``memory_id`` superseded; whether it was live until now."""
+    """Mark procedure ``memory_id`` superseded (its valid time ends ``now``, where its
+    successor's begins); whether it was live until now."""
     row = conn.execute(
-        "UPDATE memories SET status = 'superseded', updated_at = %s WHERE tenant_id = %s "
+        "UPDATE memories SET status = 'superseded', updated_at = %s, "
+        "valid_to = greatest(coalesce(valid_from, %s), %s) WHERE tenant_id = %s "
         "AND id = %s AND type = 'procedure' AND status <> 'superseded' RETURNING id",
-        (now, tenant, memory_id)).fetchone()
+        (now, now, now, tenant, memory_id)).fetchone()
     return row is not None
 
 
 def supersede_parents_of_active(conn: Conn, tenant: str, ids: Sequence[uuid.UUID],
                                 now: datetime) -> list[uuid.UUID]:
     """For the active procedures among ``ids`` that are versions, mark their parents
-    superseded; the parents changed, sorted."""
+    superseded (their valid time ends where the child's begins); the parents changed,
+    sorted."""
     rows = conn.execute(
-        "UPDATE memories p SET status = 'superseded', updated_at = %s FROM memories c "
+        "UPDATE memories p SET status = 'superseded', updated_at = %s, "
+        "valid_to = greatest(p.valid_from, c.valid_from) FROM memories c "
         "WHERE p.tenant_id = %s AND c.tenant_id = p.tenant_id AND c.parent_id = p.id "
         "AND c.id = ANY(%s) AND c.type = 'procedure' AND c.status = 'active' "
         "AND p.status <> 'superseded' RETURNING p.id", (now, tenant, list(ids))).fetchall()

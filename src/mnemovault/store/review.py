@@ -85,9 +85,10 @@ def key_versions(conn: Conn, tenant: str, scope: str,
 def displace(conn: Conn, tenant: str, memory_id: uuid.UUID, now: Any) -> bool:
     """Retire a pending row that a newer pending version of its key replaces before any
     decision (``superseded``, ``provenance.review = 'displaced'``; kept as history, never
-    recalled, not in the queue); whether it was pending."""
+    recalled, not in the queue, an empty valid interval: it was never the true version);
+    whether it was pending."""
     cur = conn.execute(
-        "UPDATE memories SET status = 'superseded', updated_at = %s, "
+        "UPDATE memories SET status = 'superseded', updated_at = %s, valid_to = valid_from, "
         "provenance = provenance || %s WHERE tenant_id = %s AND id = %s "
         "AND status = 'pending_review'", (now, Jsonb({MARK: "displaced"}), tenant, memory_id))
     return cur.rowcount == 1
@@ -97,7 +98,8 @@ def supersede_active_of_key(conn: Conn, tenant: str, memory_id: uuid.UUID) -> uu
     """For the approval of keyed row ``memory_id``: its key's ``active`` version (another
     row) becomes ``superseded``; its id, or None (no key, or no active version)."""
     row = conn.execute(
-        "UPDATE memories a SET status = 'superseded', updated_at = now() FROM memories m "
+        "UPDATE memories a SET status = 'superseded', updated_at = now(), "
+        "valid_to = greatest(a.valid_from, m.valid_from) FROM memories m "
         "WHERE m.tenant_id = %(t)s AND m.id = %(id)s AND m.key IS NOT NULL "
         "AND a.tenant_id = %(t)s AND a.scope = m.scope AND a.key = m.key "
         "AND a.status = 'active' AND a.id <> m.id RETURNING a.id",
@@ -157,20 +159,25 @@ def replaced_parent(conn: Conn, tenant: str, parent_id: uuid.UUID) -> uuid.UUID 
     return row["id"] if row else None
 
 
-def approve(conn: Conn, tenant: str, memory_id: uuid.UUID) -> bool:
-    """Make a pending row active; whether it was pending."""
+def approve(conn: Conn, tenant: str, memory_id: uuid.UUID, *, current: bool = True,
+            valid_to: Any = None) -> bool:
+    """Make a pending row active (``current``), or, for a keyed statement dated before its
+    key's current version, a historical version (``superseded``, its valid time ending at
+    ``valid_to``: :mod:`mnemovault.memories.valid_time`); whether it was pending."""
     cur = conn.execute(
-        "UPDATE memories SET status = 'active', updated_at = now(), "
+        "UPDATE memories SET status = %s, updated_at = now(), valid_to = %s, "
         "provenance = provenance || %s WHERE tenant_id = %s AND id = %s "
-        "AND status = 'pending_review'", (Jsonb({MARK: "approved"}), tenant, memory_id))
+        "AND status = 'pending_review'",
+        ("active" if current else "superseded", None if current else valid_to,
+         Jsonb({MARK: "approved"}), tenant, memory_id))
     return cur.rowcount == 1
 
 
 def mark_rejected(conn: Conn, tenant: str, memory_id: uuid.UUID) -> bool:
-    """Retire a pending row as a rejected version (``superseded``, never recalled again);
-    whether it was pending."""
+    """Retire a pending row as a rejected version (``superseded``, never recalled again, an
+    empty valid interval); whether it was pending."""
     cur = conn.execute(
-        "UPDATE memories SET status = 'superseded', updated_at = now(), "
+        "UPDATE memories SET status = 'superseded', updated_at = now(), valid_to = valid_from, "
         "provenance = provenance || %s WHERE tenant_id = %s AND id = %s "
         "AND status = 'pending_review'", (Jsonb({MARK: "rejected"}), tenant, memory_id))
     return cur.rowcount == 1
@@ -187,7 +194,7 @@ def restore_parent(conn: Conn, tenant: str, parent_id: uuid.UUID) -> bool:
     ``active`` (a procedure whose other proposed version was approved stays replaced:
     procedures have no key, so the key's rule alone would bring the parent back)."""
     cur = conn.execute(
-        "UPDATE memories p SET status = 'active', updated_at = now() "
+        "UPDATE memories p SET status = 'active', updated_at = now(), valid_to = NULL "
         "WHERE p.tenant_id = %(t)s AND p.id = %(id)s AND p.status = 'superseded' "
         "AND coalesce(p.provenance ->> %(mark)s, 'approved') = 'approved' "
         "AND NOT EXISTS (SELECT 1 FROM memories o WHERE o.tenant_id = p.tenant_id "

@@ -20,20 +20,34 @@ import psycopg
 
 from mnemovault.store.db import tenant_of
 from mnemovault.store.lexstats import SCOPE_STATS, TERM_STATS
+from mnemovault.store.visibility import valid_at
+
+_STATUSES = ("active", "pending_review", "superseded")  # memories.status (migration 0001)
 
 
 def filter_sql(tenant: str, scope: str, *, include_archived: bool = False,
                subject: str | None = None, types: list[str] | None = None,
                tags: list[str] | None = None, since: datetime | None = None,
-               until: datetime | None = None) -> tuple[str, dict[str, Any]]:
+               until: datetime | None = None, statuses: Sequence[str] = ("active",),
+               as_of: datetime | None = None) -> tuple[str, dict[str, Any]]:
     """The WHERE clause (and its parameters) of the live memories of one scope that pass
-    the recall filters: active only, not archived unless ``include_archived``.
+    the recall filters: in ``statuses`` (what the visibility rule lets the recall see,
+    :func:`mnemovault.visibility.recall_statuses`: active only unless it asks ``as_of`` a
+    time), not archived unless ``include_archived``; with ``as_of``, only the versions
+    valid then (:func:`mnemovault.store.visibility.valid_at`).
 
-    The tenant is named here as well as by row-level security: the planner then sees its
-    real row count (a tenant-sized scope goes to the HNSW index, a small one to the B-tree
-    and an exact sort), and isolation is enforced twice (SPEC section 11)."""
-    clauses = ["tenant_id = %(tenant)s", "scope = %(scope)s", "status = 'active'"]
+    The statuses are written as literals (the planner matches them against the partial
+    indexes). The tenant is named here as well as by row-level security: the planner then
+    sees its real row count (a tenant-sized scope goes to the HNSW index, a small one to
+    the B-tree and an exact sort), and isolation is enforced twice (SPEC section 11)."""
+    if not statuses or any(st not in _STATUSES for st in statuses):
+        raise ValueError(f"statuses: among {', '.join(_STATUSES)}")
+    status = (f"status = '{statuses[0]}'" if len(statuses) == 1 else
+              "status IN (" + ", ".join(f"'{st}'" for st in statuses) + ")")
+    clauses = ["tenant_id = %(tenant)s", "scope = %(scope)s", status]
     params: dict[str, Any] = {"tenant": tenant, "scope": scope}
+    if as_of is not None:
+        clauses.append(valid_at(params, as_of).removeprefix(" AND "))
     if not include_archived:
         clauses.append("NOT archived")
     if subject is not None:

@@ -151,11 +151,14 @@ def lock_memory(conn: Conn, tenant: str, memory_id: uuid.UUID) -> dict[str, Any]
 def replace_content(conn: Conn, tenant: str, memory_id: uuid.UUID, content: str,
                     embedding: Any, now: datetime, *, terms: tuple[str, int],
                     key_id: uuid.UUID, sealed: bytes,
-                    flags: str | None = None) -> dict[str, Any]:
+                    flags: str | None = None, restart: bool = False) -> dict[str, Any]:
     """Replace a memory's content, its keyed terms (``terms``: tsv, tsv_length) and its
     embedding in place (a rectification): the version
     goes up by one, ``updated_at`` is ``now``; ``flags`` (not None) sets the injection
-    sanitiser's label (``provenance.injection_flags``). The new row (COLUMNS)."""
+    sanitiser's label (``provenance.injection_flags``); ``restart``: its valid time starts
+    again at ``now`` (the corrected version holds from the correction). The new row
+    (COLUMNS)."""
+    valid = ", valid_from = %(now)s, valid_to = NULL" if restart else ""
     # decided here, not in SQL: Citus refuses a CASE holding a non-immutable function in
     # an UPDATE of a distributed table
     label = ("" if flags is None else
@@ -164,7 +167,7 @@ def replace_content(conn: Conn, tenant: str, memory_id: uuid.UUID, content: str,
         f"UPDATE memories SET content = %(content)s, embedding = %(emb)s, "
         f"key_id = %(kid)s, content_sealed = %(sealed)s, "
         f"tsv = %(tsv)s::tsvector, tsv_length = %(tsvlen)s, terms_keyed = true, "
-        f"version = version + 1, updated_at = %(now)s{label} "
+        f"version = version + 1, updated_at = %(now)s{label}{valid} "
         f"WHERE tenant_id = %(t)s AND id = %(id)s RETURNING {COLUMNS}",
         {"content": stored_plaintext(content), "emb": embedding, "now": now, "t": tenant,
          "id": memory_id, "kid": key_id, "sealed": sealed,

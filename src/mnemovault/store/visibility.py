@@ -33,6 +33,16 @@ def clause(params: dict[str, Any], *, scope: str | None, subject: str | None,
     return out
 
 
+def valid_at(params: dict[str, Any], as_of: Any, *, alias: str = "") -> str:
+    """`` AND valid_from <= T AND (valid_to IS NULL OR valid_to > T)``: the rows whose valid
+    interval ``[valid_from, valid_to)`` contains ``as_of`` (an ``as_of`` view,
+    :mod:`mnemovault.visibility`; ``memories_valid_time`` of migration 0019 serves it), its
+    value added to ``params`` as ``vis_as_of``."""
+    params["vis_as_of"] = as_of
+    return (f" AND {alias}valid_from <= %(vis_as_of)s"
+            f" AND ({alias}valid_to IS NULL OR {alias}valid_to > %(vis_as_of)s)")
+
+
 def _supported(conn: Conn, tenant: str, placeholders: Sequence[str], *, scope: str | None,
                subject: str | None, statuses: Sequence[str] | None,
                carried_only: bool) -> set[str]:

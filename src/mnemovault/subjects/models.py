@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -25,11 +26,15 @@ class Rectified(BaseModel):
     """A rectification: the memory's ``id`` and new ``version``; ``placeholders`` created
     by the new content, ``shredded`` the values only the old content used; ``audit_seq``
     of the ``RECTIFY`` row; ``status`` after it (``pending_review`` when the review gate
-    holds the new content)."""
+    holds the new content); ``history`` the version that now holds the stretch of valid
+    time before the correction (:mod:`mnemovault.subjects.rectify`), ``valid_from`` when
+    the corrected version holds from."""
 
     id: uuid.UUID
     version: int
     status: str = "active"
+    history: uuid.UUID | None = None
+    valid_from: datetime | None = None
     placeholders: list[str] = Field(default_factory=list)
     shredded: list[str] = Field(default_factory=list)
     audit_seq: int

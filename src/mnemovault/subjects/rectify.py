@@ -10,6 +10,17 @@ the vault values only the old content used are crypto-shredded. One ``RECTIFY`` 
 (ids, version, placeholders created and shredded: never content) and one erasure-ledger
 row (kind ``rectify``: the shredded placeholders and the rectified id) go with it.
 
+Valid time (issue 23, item 2): rectifying a current (``active``) memory makes a version
+the same way a contradicting fact does (:mod:`mnemovault.memories.valid_time`). The
+memory (same id) holds the corrected text from the correction on (``valid_from`` = now),
+and a new ``superseded`` version (``Rectified.history``: its old version number,
+``parent_id`` the memory) holds the stretch before it, ``[old valid_from, now)``, so an
+``as_of`` recall of a time before the correction still finds the record. That version
+holds the corrected text too: the inaccurate text is kept nowhere (the correction says
+the record was wrong, not that the world changed). A superseded or pending memory is
+corrected in place, its interval unchanged (a historical version stays where it was on
+its key's timeline; a pending one is placed when approved).
+
 A rectification takes the write lock of the memory's subject, so it conflicts with an
 erase of that subject like any write. Needs ``subject:erase``.
 
@@ -53,6 +64,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from mnemovault import visibility
 from mnemovault.audit import log as audit
@@ -61,12 +73,14 @@ from mnemovault.errors import Conflict, NotFound, ValidationError
 from mnemovault.governance import graph
 from mnemovault.guard import capture as capture_guard
 from mnemovault.guard import sanitise as injection
+from mnemovault.ids import uuid7
 from mnemovault.models import MAX_CONTENT_CHARS
 from mnemovault.pii import service as pii
 from mnemovault.pii.vault import PLACEHOLDER_RE
 from mnemovault.recall import terms
 from mnemovault.runtime import Runtime
 from mnemovault.store import ledger as ledger_store
+from mnemovault.store import memories as memory_store
 from mnemovault.store import review as review_store
 from mnemovault.store import subjects as subject_store
 from mnemovault.store import visibility as visibility_store
@@ -89,7 +103,8 @@ def _texts(row: dict[str, Any]) -> list[str | None]:
 
 def replace_in_place(rt: Runtime, conn: psycopg.Connection[Any], tenant: str,
                      locked: dict[str, Any], text: str, vector: Any, used: Sequence[str], *,
-                     flags: str | None = None) -> tuple[dict[str, Any], list[str]]:
+                     flags: str | None = None, history: bool = False
+                     ) -> tuple[dict[str, Any], list[str], uuid.UUID | None]:
     """Replace a locked memory's content by ``text`` (pseudonymised already: ``used`` the
     placeholders the detectors put in it) and its embedding by ``vector``, in place, in the
     caller's transaction (the subject's write lock and the row lock held): the content is
@@ -98,8 +113,11 @@ def replace_in_place(rt: Runtime, conn: psycopg.Connection[Any], tenant: str,
     support is rebuilt from the new fields, and vault values only the old content used are
     crypto-shredded. The one in-place rewrite of a record: a rectification
     (:func:`rectify`) and the PII watch (:mod:`mnemovault.pii.watch`) both go through it.
-    Status, lineage, key, scope and subject stay as they are. Returns ``(the new row
-    (COLUMNS), the placeholders shredded)``.
+    Status, lineage, key, scope and subject stay as they are. With ``history`` (a
+    rectification of a current version) the stretch of valid time before now becomes a
+    version of its own (:func:`_history`) and the memory's valid time restarts now.
+    Returns ``(the new row (COLUMNS), the placeholders shredded, the history version's id
+    or None)``.
 
     Raises:
         Conflict: a value in ``text`` was erased concurrently (the caller rolls back).
@@ -114,11 +132,15 @@ def replace_in_place(rt: Runtime, conn: psycopg.Connection[Any], tenant: str,
         locked["scope"], locked["subject_id"], mid, text)
     key = terms.tenant_key(rt.pii, conn, tenant)
     assert key is not None  # created on first use
-    new = subject_store.replace_content(conn, tenant, mid, text, vector, datetime.now(UTC),
+    now = datetime.now(UTC)
+    doc = terms.document(key, text)
+    hid = _history(rt, conn, tenant, locked, text, vector, doc, flags, now) if history else None
+    new = subject_store.replace_content(conn, tenant, mid, text, vector, now,
                                         key_id=key_id, sealed=sealed, flags=flags,
-                                        terms=terms.document(key, text))
-    graph.index(conn, tenant, [graph.mentions(mid, _texts(new), carried={
-        *used, *(p for t in _texts(new)[1:] for p in _placeholders(t) if p in kept)})])
+                                        terms=doc, restart=hid is not None)
+    carried = {*used, *(p for t in _texts(new)[1:] for p in _placeholders(t) if p in kept)}
+    graph.index(conn, tenant, [graph.mentions(i, _texts(new), carried=carried)
+                               for i in (mid, hid) if i is not None])
     if rt.pii.erased_placeholders(conn, list(used)):
         raise Conflict("content: a personal value in it was erased concurrently; "
                        "retrying is safe", field="content")
@@ -126,7 +148,31 @@ def replace_in_place(rt: Runtime, conn: psycopg.Connection[Any], tenant: str,
     shredded: list[str] = []
     if rt.settings.pii_pseudonymize:
         shredded = rt.pii.shred(conn, [n for n in removed if PLACEHOLDER_RE.fullmatch(n)])
-    return new, shredded
+    return new, shredded, hid
+
+
+def _history(rt: Runtime, conn: Any, tenant: str, row: dict[str, Any], text: str,
+             vector: Any, doc: tuple[str, int], flags: str | None,
+             now: datetime) -> uuid.UUID:
+    """The version that holds the rectified memory's valid time before the correction
+    (module docstring, "valid time"): a new ``superseded`` row with the corrected text,
+    ``[row's valid_from, now)``, the row's old version number, ``parent_id`` the memory
+    (so forget and erase take it along), its provenance sealed again under its own id. Its
+    id."""
+    hid = uuid7()
+    sealer = pii.content_writer(rt, conn, tenant)
+    key_id, sealed = sealer.content(row["scope"], row["subject_id"], hid, text)
+    _, key_sealed = sealer.memory_key(row["scope"], row["subject_id"], hid, row["key"])
+    prov = dict(row["provenance"] or {})
+    if flags is not None:
+        prov["injection_flags"] = flags
+    clear_prov, prov_sealed = sealer.provenance(row["scope"], row["subject_id"], hid, prov)
+    memory_store.insert(conn, [(
+        tenant, hid, row["scope"], row["subject_id"], row["type"],
+        memory_store.stored_plaintext(text), row.get("key_hash"), vector, row["created_at"],
+        now, Jsonb(clear_prov), row["id"], row["version"], *doc, key_id, sealed, key_sealed,
+        prov_sealed, row["valid_from"] or row["created_at"], now)], status="superseded")
+    return hid
 
 
 def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: str, *,
@@ -180,8 +226,9 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
             r = pii.pseudonymiser(rt, conn, who.tenant).rewrite(content)
             text, created, used = r.text, list(r.created), list(r.placeholders)
         vector = rt.embedder.embed([text])[0]
-        new, shredded = replace_in_place(rt, conn, who.tenant, locked, text, vector, used,
-                                         flags=flags)
+        new, shredded, history = replace_in_place(
+            rt, conn, who.tenant, locked, text, vector, used, flags=flags,
+            history=locked["status"] == "active")
         status = str(new["status"])
         if held and status in ("active", "pending_review"):  # the gate holds the new text
             review_store.hold(conn, who.tenant, [mid], captured_by=who.actor)
@@ -190,10 +237,12 @@ def rectify(rt: Runtime, who: Principal, memory_id: uuid.UUID | str, content: st
             conn, tenant=who.tenant, operation="RECTIFY", actor=who.actor, agent=who.agent,
             memory_ids=[str(mid)], trigger=trigger, request_id=request_id,
             details={"count": 1, "version": new["version"], "status": status,
+                     **({"history": str(history)} if history is not None else {}),
                      "placeholders_created": sorted(set(created)), "shredded": shredded})
         ledger_store.insert(conn, tenant=who.tenant, audit_seq=seq, kind="rectify",
                             request_id=request_id, subject_fp=None, scope_fp=None,
                             memory_ids=[], placeholders=shredded, rectified=[mid])
-    return Rectified(id=mid, version=new["version"], status=status,
+    return Rectified(id=mid, version=new["version"], status=status, history=history,
+                     valid_from=new["valid_from"],
                      placeholders=sorted(set(created)),
                      shredded=shredded, audit_seq=seq)
