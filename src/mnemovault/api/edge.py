@@ -110,7 +110,8 @@ DELETED_TENANT_OK = frozenset({"/v1/admin/tenants/{tenant_id}/delete/cancel"})
 
 CONTENT = frozenset({("POST", "/v1/memories"), ("POST", "/console/subjects/rectify"),
                      ("PUT", "/v1/memories/{memory_id}/content"),
-                     ("POST", "/v1/procedures/{procedure_id}/runs"), ("POST", "/mcp")})
+                     ("POST", "/v1/procedures/{procedure_id}/runs"),
+                     ("POST", "/v1/runs/{run_id}/evaluate"), ("POST", "/mcp")})
 LARGE = frozenset({("POST", "/v1/chat"), ("POST", "/v1/chat/stream"),
                    ("POST", "/v1/chat/completions"), ("POST", "/v1/procedures"),
                    ("POST", "/v1/procedures/{procedure_id}/versions")})
