@@ -42,7 +42,7 @@ from mnemovault.vault import MemoryVault
 P = ParamSpec("P")
 R = TypeVar("R")
 
-SECTIONS = ("lexical", "procedures", "review", "tenants", "subjects")
+SECTIONS = ("lexical", "librarian", "procedures", "review", "tenants", "subjects")
 """The facade's sections, reached as ``mv.<name>.<method>`` (each method a coroutine)."""
 
 
@@ -126,6 +126,7 @@ class AsyncMemoryVault:
             setattr(self, name, AsyncSection(self, name))
 
     lexical: AsyncSection
+    librarian: AsyncSection
     procedures: AsyncSection
     review: AsyncSection
     tenants: AsyncSection

@@ -23,6 +23,7 @@ review (section)            :mod:`mnemovault.facade.review` -> :mod:`mnemovault.
 tenants (section)           :mod:`mnemovault.facade.tenants` -> :mod:`mnemovault.tenants`
 subjects (section)          :mod:`mnemovault.facade.subjects` -> :mod:`mnemovault.subjects`
 lexical (section)           :mod:`mnemovault.facade.lexical` -> :mod:`mnemovault.recall.reindex`
+librarian (section)         :mod:`mnemovault.facade.librarian` -> :mod:`mnemovault.librarian`
 ==========================  ===============================================================
 
 The capabilities share one :class:`~mnemovault.runtime.Runtime` and keep their SQL in
@@ -47,6 +48,7 @@ from mnemovault.config import Settings
 from mnemovault.embed import Embedder
 from mnemovault.facade import Closing, section
 from mnemovault.facade.lexical import LexicalSection
+from mnemovault.facade.librarian import LibrarianSection
 from mnemovault.facade.procedures import ProceduresSection
 from mnemovault.facade.review import ReviewSection
 from mnemovault.facade.subjects import SubjectsSection
@@ -382,6 +384,7 @@ class MemoryVault(Closing):
 
     # -- sections (mnemovault.facade): mv.procedures.capture(...), mv.subjects.erase(...) --
     lexical = section(LexicalSection)
+    librarian = section(LibrarianSection)
     procedures = section(ProceduresSection)
     review = section(ReviewSection)
     tenants = section(TenantsSection)
