@@ -1,12 +1,15 @@
-"""Admin endpoints of the audit log (permission ``audit:read``)."""
+"""Admin endpoints: the audit log (permission ``audit:read``) and the librarian
+(``memory:write`` + ``memory:forget``, an unlimited key)."""
 
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
 
 from mnemovault.auth import Principal
+from mnemovault.librarian import LibrarianResult
 from mnemovault.vault import MemoryVault
 
 # a JSON Lines body (one JSON object a line), documented as what it is
@@ -59,5 +62,27 @@ def audit_router(vault: MemoryVault, principal: Callable[..., Principal]) -> API
                     second: Annotated[int, Query(ge=1)]) -> dict[str, Any]:
         """RFC 9162 consistency proof between tree sizes ``first`` and ``second``."""
         return vault.audit.consistency(who, first, second)
+
+    return router
+
+
+class LibrarianRun(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    scope: str | None = Field(default=None, description="only this scope (default: all)")
+    dry_run: bool = Field(default=False, description="plan and report, write nothing")
+
+
+def librarian_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:
+    router = APIRouter(prefix="/v1/admin/librarian", tags=["librarian"])
+    Auth = Annotated[Principal, Depends(principal)]
+
+    @router.post("/run", response_model=LibrarianResult)
+    def run(body: LibrarianRun, who: Auth, request: Request) -> LibrarianResult:
+        """One librarian run over the caller's tenant (:mod:`mnemovault.librarian`): merge
+        near-duplicate episodes, distil facts with lineage to every source, fade facts
+        nothing used. ``locked`` is true when another run of the tenant was under way
+        (this one did nothing). Synchronous: it answers when the run is done."""
+        return vault.librarian.run(scope=body.scope, dry_run=body.dry_run, principal=who,
+                                   request_id=str(request.state.request_id))
 
     return router
