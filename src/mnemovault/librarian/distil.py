@@ -10,7 +10,8 @@ facts. The cap keeps a fact about one topic, not a digest of a subject's life.
 
 Statements: the sentences of an episode that say something about its subject: a first
 person sentence (``I``, ``my``, ``me``, ``we``…) or one naming the subject, that is not a
-question and has 3 to 60 words (greetings and one-word replies say nothing to keep).
+question and has 5 to 60 words, placeholders not counted (greetings and short replies say
+nothing to keep).
 
 Text, extractive (the default, offline and deterministic): ``<subject>, from 8 May 2023 to
 9 June 2023: 8 May 2023: <statement> 9 June 2023: <statement>``: each statement keeps the
@@ -40,6 +41,7 @@ _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
 _FIRST_PERSON = re.compile(r"\b(i|i'm|i've|i'd|i'll|my|me|mine|myself|we|our|us)\b", re.I)
 _WORD = re.compile(r"[^\W_]+")
 MAX_STATEMENTS = 2  # per episode
+MIN_WORDS = 5  # placeholders not counted: "Thanks, {person:p_…}!" says nothing to keep
 MAX_CHARS = 1500  # of a fact's extractive text
 INSTRUCTIONS = (
     "You are a librarian consolidating an agent's memory. The records below are what was "
@@ -51,13 +53,16 @@ INSTRUCTIONS = (
 
 def statements(text: str, subject: str | None) -> list[str]:
     """The sentences of ``text`` about its subject (module docstring), at most
-    :data:`MAX_STATEMENTS`, in order."""
+    :data:`MAX_STATEMENTS`, in order. A leading speaker label (``<subject>: ``, as the
+    LoCoMo and chat importers write a turn) is not a mention of the subject."""
+    if subject and text.lstrip().startswith(subject + ":"):
+        text = text.lstrip()[len(subject) + 1:]
     name = subject.lower() if subject else None
     out = []
     for m in _SENTENCE.finditer(text):
         s = m.group(0).strip()
-        words = _WORD.findall(s)
-        if s.endswith("?") or not 3 <= len(words) <= 60:
+        words = _WORD.findall(PLACEHOLDER_RE.sub(" ", s))
+        if s.endswith("?") or not MIN_WORDS <= len(words) <= 60:
             continue
         if _FIRST_PERSON.search(s) or (name and name in s.lower()):
             out.append(s)
@@ -108,8 +113,11 @@ def extractive(subject: str, group: list[tuple[Episode, list[str]]]) -> str:
     head = (f"{subject}, on {day(first)}:" if day(first) == day(last)
             else f"{subject}, from {day(first)} to {day(last)}:")
     parts = [head]
+    last_day = None
     for e, said in group:
-        piece = f"{day(e.created_at)}: {' '.join(said)}"
+        d = day(e.created_at)  # a date once for the statements of one day
+        piece = " ".join(said) if d == last_day else f"{d}: {' '.join(said)}"
+        last_day = d
         if sum(len(p) + 1 for p in parts) + len(piece) > MAX_CHARS:
             break
         parts.append(piece if piece.endswith((".", "!")) else piece + ".")

@@ -83,6 +83,8 @@ class LibrarianResult(BaseModel):
     faded: int = 0
     restored: int = 0
     seconds: float = 0.0
+    timings: dict[str, float] = {}
+    """Seconds spent reading, planning (grouping, texts, the model) and writing."""
     audit_seq: int | None = None
     error: dict[str, Any] | None = None
     """Set when this tenant's run failed (``code``, ``message``); the run-all path only."""
@@ -212,10 +214,16 @@ def _run_locked(rt: Runtime, who: Principal, res: LibrarianResult, scope: str | 
     res.scopes = len(scopes)
     model = _model(rt)
     res.model = getattr(model, "name", None) if model is not None else None
+    spent = dict.fromkeys(("read", "plan", "write"), 0.0)
     for n, sc in enumerate(scopes, start=1):
+        t = time.perf_counter()
         episodes, have = read_scope(rt, tenant, sc)
         res.episodes += len(episodes)
+        t1 = time.perf_counter()
         drafts = plan(rt, episodes)
+        t2 = time.perf_counter()
+        spent["read"] += t1 - t
+        spent["plan"] += t2 - t1
         res.planned += len(drafts)
         res.merged += sum(d.kind == "merge" for d in drafts)
         res.distilled += sum(d.kind == "distil" for d in drafts)
@@ -229,8 +237,10 @@ def _run_locked(rt: Runtime, who: Principal, res: LibrarianResult, scope: str | 
                 res.written += [r.id for r in got]
                 res.superseded += sum(1 for r in got if r.superseded)
                 res.failed += bad
+        spent["write"] += time.perf_counter() - t2
         if progress is not None:
             progress(n, len(scopes))
+    res.timings = {k: round(v, 3) for k, v in spent.items()}
     rt.db.fold_accesses(tenant)  # accesses recall recorded for later count here
     with rt.db.transaction(tenant) as conn:
         f = fade.apply(conn, tenant, rt.settings, now, scope=stored_scope,
