@@ -46,7 +46,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any

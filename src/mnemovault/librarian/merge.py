@@ -40,13 +40,6 @@ def groups(episodes: list[Episode], *, similarity: float,
         if len(eps) < 2:
             continue
         parent = list(range(len(eps)))
-
-        def find(i: int) -> int:
-            while parent[i] != i:
-                parent[i] = parent[parent[i]]
-                i = parent[i]
-            return i
-
         vecs = np.stack([e.vector for e in eps]).astype(np.float32)
         toks = [tokens(e.content) for e in eps]
         for start in range(0, len(eps), BLOCK):
@@ -56,15 +49,23 @@ def groups(episodes: list[Episode], *, similarity: float,
                 i = start + r
                 if c <= i or jaccard(toks[i], toks[c]) < lexical:
                     continue
-                a, b = find(i), find(c)
+                a, b = _find(parent, i), _find(parent, c)
                 if a != b:
                     parent[max(a, b)] = min(a, b)
         comps: dict[int, list[Episode]] = {}
         for i, e in enumerate(eps):
-            comps.setdefault(find(i), []).append(e)
+            comps.setdefault(_find(parent, i), []).append(e)
         out.extend(g for g in comps.values() if len(g) > 1)
     out.sort(key=lambda g: (g[0].created_at, g[0].id))
     return out
+
+
+def _find(parent: list[int], i: int) -> int:
+    """The union-find root of ``i`` (path halving)."""
+    while parent[i] != i:
+        parent[i] = parent[parent[i]]
+        i = parent[i]
+    return i
 
 
 def medoid(group: list[Episode]) -> Episode:
