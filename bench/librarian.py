@@ -8,10 +8,12 @@ an episode dated by its ``time``, subject = the person it is about (its first wo
 ``doc`` in provenance; both query protocols of ``bench/recall_eval.py``: the dialogue
 before the test turn, and its last user turn).
 
-Each set is imported into a fresh embedded PostgreSQL, the librarian runs over it
-(offline, extractive: no model), and every question is recalled twice in the same
-database: with ``types=["episode"]`` (the episodes alone, as before the librarian) and with
-no type filter (facts alongside). A hit that is a fact stands for its lineage sources.
+Each set is imported into a fresh embedded PostgreSQL and every question is recalled
+(``before_librarian``); the librarian then runs over it (offline, extractive: no model),
+and every question is recalled twice more in the same database: with
+``types=["episode"]`` (``episodes_alone``: the facts are left out of the ranking, but they
+are in the scope's BM25 statistics) and with no type filter (``with_facts``: facts
+alongside). A hit that is a fact stands for its lineage sources.
 
 Metrics, per question, averaged per group (LoCoMo: categories 1-5, 1-4 and each; MADial:
 each protocol), k = 5 and 10:
@@ -134,11 +136,18 @@ def measure(items: list[Any], questions: list[dict], doc_key: str, *,
         for i in range(0, len(items), batch):
             vault.remember_many(items[i:i + batch], trigger="import")
         progress(f"{label}: imported {len(items)} episodes in {time.perf_counter() - t0:.0f}s")
+        tenant = vault.settings.tenant
+        with vault.db.transaction(tenant) as conn:
+            rows = conn.execute(f"SELECT id, provenance->>'{doc_key}' AS doc FROM memories "
+                                "WHERE tenant_id = %s", (tenant,)).fetchall()
+        before_doc = {r["id"]: r["doc"] for r in rows}
+        before = [[[before_doc.get(h.memory.id, "")] for h in vault.recall(
+            q["text"], scope=q["scope"], k=10, touch=False)] for q in questions]
+        progress(f"{label}: recalled {len(questions)} questions before the librarian")
         res = vault.librarian.run()
         per_1000 = res.seconds / max(res.episodes, 1) * 1000
         progress(f"{label}: librarian {res.seconds:.1f}s for {res.episodes} episodes: "
                  f"{res.merged} merged, {res.distilled} distilled facts")
-        tenant = vault.settings.tenant
         with vault.db.transaction(tenant) as conn:
             rows = conn.execute(
                 f"SELECT id, type, provenance->>'{doc_key}' AS doc, ARRAY(SELECT source_id "
@@ -147,7 +156,8 @@ def measure(items: list[Any], questions: list[dict], doc_key: str, *,
         doc = {r["id"]: r["doc"] for r in rows if r["type"] == "episode"}
         sources = {r["id"]: [doc[s] for s in r["sources"] if s in doc]
                    for r in rows if r["type"] == "fact"}
-        ranked: dict[str, list[list[list[str]]]] = {"episodes": [], "with_facts": []}
+        ranked: dict[str, list[list[list[str]]]] = {"before": before, "episodes": [],
+                                                    "with_facts": []}
         fact_in_top10 = []
         for n, q in enumerate(questions):
             for name, filters in (("episodes", {"types": ["episode"]}), ("with_facts", None)):
@@ -200,11 +210,12 @@ def score(questions: list[dict], ranked: list[list[list[str]]],
 
 def compare(questions: list[dict], m: dict[str, Any],
             groups: dict[str, tuple[Any, ...]]) -> dict[str, Any]:
+    bf = score(questions, m["ranked"]["before"], groups)
     ep = score(questions, m["ranked"]["episodes"], groups)
     wf = score(questions, m["ranked"]["with_facts"], groups)
     delta = {g: {k: (None if ep[g][k] is None else round(wf[g][k] - ep[g][k], 4))
                  for k in ep[g] if k != "n"} for g in ep}
-    return {"episodes_alone": ep, "with_facts": wf, "delta": delta,
+    return {"before_librarian": bf, "episodes_alone": ep, "with_facts": wf, "delta": delta,
             **{k: v for k, v in m.items() if k != "ranked"}}
 
 
