@@ -334,3 +334,27 @@ def test_the_http_endpoint_runs_it(vault: MemoryVault, tenant: str) -> None:
         r = client.post("/v1/admin/librarian/run", json={"scope": "s"}, headers=h)
         assert r.status_code == 200 and len(r.json()["written"]) == 1
     assert len(_facts(vault, tenant)) == 1
+
+
+def test_the_cli_runs_it(vault: MemoryVault, tenant: str, settings: Any) -> None:
+    from typer.testing import CliRunner
+
+    from mnemovault.cli import app
+
+    _seed(vault, tenant)
+    runner = CliRunner()
+    base = ["--data-dir", str(settings.data_dir), "--tenant", tenant, "librarian", "run"]
+    r = runner.invoke(app, [*base, "--dry-run", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["dry_run"] and out["planned"] == 1 and out["written"] == []
+    assert _facts(vault, tenant) == []
+    r = runner.invoke(app, [*base, "--scope", "s"])
+    assert r.exit_code == 0, r.output
+    assert "wrote 1 fact" in r.stdout
+    assert len(_facts(vault, tenant)) == 1
+    with owner_connection(vault.db.url, autocommit=True) as conn:  # another run under way
+        assert store.try_lock(conn, tenant)
+        r = runner.invoke(app, base)
+        store.unlock(conn, tenant)
+    assert r.exit_code == 5 and "under way" in r.output
