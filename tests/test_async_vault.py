@@ -36,7 +36,8 @@ def test_every_public_method_of_memory_vault_is_async(vault: MemoryVault) -> Non
     methods, sections = _public_methods()
     assert {"remember", "recall", "forget", "wake", "timeline", "chat", "chat_stream"} <= set(
         methods)
-    assert set(sections) == {"lexical", "pii_watch", "procedures", "review", "tenants",
+    assert set(sections) == {"lexical", "librarian", "pii_watch", "procedures", "review",
+                             "tenants",
                              "subjects"}
     mv = AsyncMemoryVault(vault)
     missing = [n for n in methods if not hasattr(mv, n)]

@@ -205,6 +205,8 @@ TABLE: dict[tuple[str, str], list[Access]] = {
     ("POST", "/v1/admin/pii/watch"): [Access(("subject:erase",), lambda w: Request(
         json={"dry_run": True}))],
     ("POST", "/v1/admin/audit/checkpoint"): [Access(("audit:read",))],
+    ("POST", "/v1/admin/librarian/run"): [Access(("memory:write", "memory:forget"),
+                                                 lambda w: Request(json={"dry_run": True}))],
     ("GET", "/v1/admin/audit/proof/inclusion"): [Access(("audit:read",), lambda w: Request(
         params={"seq": 1, "size": 1}))],
     ("GET", "/v1/admin/audit/proof/consistency"): [Access(("audit:read",), lambda w: Request(

@@ -946,6 +946,7 @@ HTTP_NO_RECORDS: dict[tuple[str, str], str] = {
     ("GET", "/v1/admin/audit/checkpoint"): "a signed tree head",
     ("POST", "/v1/admin/pii/watch"): "a run report: counts and memory ids",
     ("POST", "/v1/admin/audit/checkpoint"): "a signed tree head",
+    ("POST", "/v1/admin/librarian/run"): "counts and the ids of the facts written",
     ("GET", "/v1/admin/audit/proof/inclusion"): "hashes",
     ("GET", "/v1/admin/audit/proof/consistency"): "hashes",
     ("POST", "/v1/keys"): "key metadata and token",
@@ -1035,7 +1036,8 @@ LIBRARY: dict[str, list[str] | str] = {
     "open": "lifecycle", "close": "lifecycle", "principal": "a local principal",
     "health": "service status",
     "procedures": "section", "review": "section", "tenants": "section", "subjects": "section",
-    "lexical": "section",
+    "lexical": "section", "librarian": "section",
+    "librarian.run": "counts and fact ids", "librarian.run_all": "operator: counts",
     "stored_source_ids": "import resume: source ids of the rows the caller's view holds "
                          "(visibility.clause)",
     "procedures.capture": "receipt", "procedures.new_version": "receipt",

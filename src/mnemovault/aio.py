@@ -42,7 +42,8 @@ from mnemovault.vault import MemoryVault
 P = ParamSpec("P")
 R = TypeVar("R")
 
-SECTIONS = ("lexical", "pii_watch", "procedures", "review", "tenants", "subjects")
+SECTIONS = ("lexical", "librarian", "pii_watch", "procedures", "review", "tenants",
+            "subjects")
 """The facade's sections, reached as ``mv.<name>.<method>`` (each method a coroutine)."""
 
 
@@ -127,6 +128,7 @@ class AsyncMemoryVault:
 
     lexical: AsyncSection
     pii_watch: AsyncSection
+    librarian: AsyncSection
     procedures: AsyncSection
     review: AsyncSection
     tenants: AsyncSection

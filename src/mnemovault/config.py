@@ -139,6 +139,25 @@ class Settings(BaseSettings):
     retention_delete_unused_days: float | None = Field(default=None, gt=0)
     retention_interval_hours: float = Field(default=0.0, ge=0)  # 0: no in-process schedule
 
+    # the librarian (SPEC section 5, consolidation; mnemovault.librarian): merges
+    # near-duplicate episodes (cosine of their stored embeddings >= merge_similarity and
+    # token Jaccard >= merge_lexical) into one fact, distils topical groups of a subject's
+    # episodes (cosine to the group's centroid >= topic_similarity, at most max_sources
+    # each) into facts, with the chat model when one is configured and use_model, else
+    # extractively. A fact ranks fact_boost above its sources until nothing has recalled
+    # or woken it for fade_after_days: then faded_boost, and retention archives it like any
+    # memory (pinned exempt). interval_hours > 0: `serve` runs it for every tenant.
+    librarian_interval_hours: float = Field(default=0.0, ge=0)
+    librarian_merge_similarity: float = Field(default=0.9, ge=-1.0, le=1.0)
+    librarian_merge_lexical: float = Field(default=0.5, ge=0.0, le=1.0)
+    librarian_distil: bool = True
+    librarian_topic_similarity: float = Field(default=0.45, ge=-1.0, le=1.0)  # chosen: bench
+    librarian_max_sources: int = Field(default=6, ge=2, le=100)
+    librarian_use_model: bool = True
+    librarian_fact_boost: float = Field(default=0.05, ge=0.0, le=1.0)
+    librarian_faded_boost: float = Field(default=-0.05, ge=-1.0, le=0.0)
+    librarian_fade_after_days: float = Field(default=30.0, gt=0)
+
     # tenant lifecycle (SPEC section 10; mnemovault.tenants): a soft-deleted tenant is kept
     # DELETE_RETENTION_DAYS, then the purge (every tenant_purge_interval_hours in `serve`
     # and `worker`; 0: never in-process) hard-deletes it. Exports go to S3 when EXPORT_BUCKET

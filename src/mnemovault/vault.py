@@ -24,6 +24,7 @@ tenants (section)           :mod:`mnemovault.facade.tenants` -> :mod:`mnemovault
 subjects (section)          :mod:`mnemovault.facade.subjects` -> :mod:`mnemovault.subjects`
 lexical (section)           :mod:`mnemovault.facade.lexical` -> :mod:`mnemovault.recall.reindex`
 pii_watch (section)         :mod:`mnemovault.facade.pii_watch` -> :mod:`mnemovault.pii.watch`
+librarian (section)         :mod:`mnemovault.facade.librarian` -> :mod:`mnemovault.librarian`
 ==========================  ===============================================================
 
 The capabilities share one :class:`~mnemovault.runtime.Runtime` and keep their SQL in
@@ -37,7 +38,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import Any
 
 from mnemovault import agents, keys
 from mnemovault.audit.service import AuditService
@@ -46,8 +47,9 @@ from mnemovault.chat import service as chat
 from mnemovault.chat.models import ChatRequest, ChatResult, ChatStream
 from mnemovault.config import Settings
 from mnemovault.embed import Embedder
-from mnemovault.facade import Closing, section
+from mnemovault.facade import Closing, part, section
 from mnemovault.facade.lexical import LexicalSection
+from mnemovault.facade.librarian import LibrarianSection
 from mnemovault.facade.pii_watch import PiiWatchSection
 from mnemovault.facade.procedures import ProceduresSection
 from mnemovault.facade.review import ReviewSection
@@ -81,22 +83,6 @@ from mnemovault.runtime import Runtime, load_keyring
 from mnemovault.store.db import Database
 
 Ids = Sequence[uuid.UUID | str] | uuid.UUID | str
-T = TypeVar("T")
-
-
-class _Part(Generic[T]):
-    """A facade attribute that reads and writes the runtime's field of the same name."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: MemoryVault, objtype: type | None = None) -> T:
-        return cast(T, getattr(obj.rt, self.name))
-
-    def __set__(self, obj: MemoryVault, value: T) -> None:
-        setattr(obj.rt, self.name, value)
-
-
 class MemoryVault(Closing):
     """Remember, recall, get, list and forget memories, per tenant, under governance.
 
@@ -118,15 +104,15 @@ class MemoryVault(Closing):
 
     # The runtime's parts, readable and replaceable through the facade (a benchmark swaps
     # the embedder or the settings, a test the chat provider).
-    db = _Part[Database]()
-    embedder = _Part[Embedder]()
-    settings = _Part[Settings]()
-    keyring = _Part[KeyRing]()
-    pii = _Part[PiiVault]()
-    detectors = _Part[builtins.list[Detector]]()
-    audit = _Part[AuditService]()
-    weights = _Part[FusionWeights]()
-    llm = _Part[ChatProvider]()
+    db = part[Database]()
+    embedder = part[Embedder]()
+    settings = part[Settings]()
+    keyring = part[KeyRing]()
+    pii = part[PiiVault]()
+    detectors = part[builtins.list[Detector]]()
+    audit = part[AuditService]()
+    weights = part[FusionWeights]()
+    llm = part[ChatProvider]()
 
     # -- lifecycle ------------------------------------------------------------------------
     @classmethod
@@ -390,6 +376,7 @@ class MemoryVault(Closing):
     # -- sections (mnemovault.facade): mv.procedures.capture(...), mv.subjects.erase(...) --
     lexical = section(LexicalSection)
     pii_watch = section(PiiWatchSection)
+    librarian = section(LibrarianSection)
     procedures = section(ProceduresSection)
     review = section(ReviewSection)
     tenants = section(TenantsSection)

@@ -1,5 +1,6 @@
-"""Admin endpoints: the audit log (permission ``audit:read``) and the PII watch
-(``subject:erase``, a key without limits)."""
+"""Admin endpoints: the audit log (permission ``audit:read``), the PII watch
+(``subject:erase``, a key without limits) and the librarian (``memory:write`` +
+``memory:forget``, an unlimited key)."""
 
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any
@@ -9,6 +10,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from mnemovault.auth import Principal
+from mnemovault.librarian import LibrarianResult
 from mnemovault.vault import MemoryVault
 
 # a JSON Lines body (one JSON object a line), documented as what it is
@@ -111,5 +113,27 @@ def pii_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRo
         return vault.pii_watch.run(dry_run=b.dry_run, full=b.full, batch=b.batch, principal=who,
                                trigger="api",
                                request_id=str(request.state.request_id)).to_dict()
+
+    return router
+
+
+class LibrarianRun(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    scope: str | None = Field(default=None, description="only this scope (default: all)")
+    dry_run: bool = Field(default=False, description="plan and report, write nothing")
+
+
+def librarian_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:
+    router = APIRouter(prefix="/v1/admin/librarian", tags=["librarian"])
+    Auth = Annotated[Principal, Depends(principal)]
+
+    @router.post("/run", response_model=LibrarianResult)
+    def run(body: LibrarianRun, who: Auth, request: Request) -> LibrarianResult:
+        """One librarian run over the caller's tenant (:mod:`mnemovault.librarian`): merge
+        near-duplicate episodes, distil facts with lineage to every source, fade facts
+        nothing used. ``locked`` is true when another run of the tenant was under way
+        (this one did nothing). Synchronous: it answers when the run is done."""
+        return vault.librarian.run(scope=body.scope, dry_run=body.dry_run, principal=who,
+                                   request_id=str(request.state.request_id))
 
     return router

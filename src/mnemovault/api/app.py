@@ -518,7 +518,7 @@ def create_app(vault: MemoryVault) -> FastAPI:
             raise NotFound("placeholder: no live vault entry", field="placeholder")
         return {"shredded": done}
 
-    from mnemovault.api.admin import audit_router, pii_router
+    from mnemovault.api.admin import audit_router, librarian_router, pii_router
     from mnemovault.api.agents import agents_router
     from mnemovault.api.chat import build_router as chat_router
     from mnemovault.api.keys import keys_router
@@ -532,6 +532,7 @@ def create_app(vault: MemoryVault) -> FastAPI:
 
     app.include_router(audit_router(vault, principal))
     app.include_router(pii_router(vault, principal))
+    app.include_router(librarian_router(vault, principal))
     app.include_router(keys_router(vault, principal))
     app.include_router(agents_router(vault))
     app.include_router(wake_router(vault, principal))

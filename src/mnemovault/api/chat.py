@@ -89,16 +89,22 @@ def build_router(vault: MemoryVault,
     """The chat and governance routes around an open vault; ``principal`` is the app's
     authentication dependency (a bearer-key one is built if not given). With
     ``MNEMOVAULT_RETENTION_INTERVAL_HOURS`` > 0 the app also runs the retention job for every
-    tenant on that schedule while it serves."""
+    tenant on that schedule while it serves, and with ``MNEMOVAULT_LIBRARIAN_INTERVAL_HOURS``
+    > 0 the librarian likewise (one run per tenant at a time: its advisory lock)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        scheduler = Scheduler(vault.run_retention_all, vault.settings.retention_interval_hours)
-        scheduler.start()
+        schedules = [
+            Scheduler(vault.run_retention_all, vault.settings.retention_interval_hours),
+            Scheduler(vault.librarian.run_all, vault.settings.librarian_interval_hours,
+                      name="librarian")]
+        for s in schedules:
+            s.start()
         try:
             yield
         finally:
-            scheduler.stop()
+            for s in schedules:
+                s.stop()
 
     router = APIRouter(lifespan=lifespan)
 

@@ -25,6 +25,7 @@ command group and exposes ``register(app)``:
 * :mod:`.pii`        -- ``vault list|shred|export``
 * :mod:`.audit`      -- ``audit verify|export|checkpoint|proof``
 * :mod:`.review`     -- ``review list|approve|reject``
+* :mod:`.librarian`  -- ``librarian run``
 * :mod:`.subjects`   -- ``erase``, ``export-subject``, ``rectify``, ``reapply-erasures``,
   ``receipt verify``, ``ledger export``
 * :mod:`.procedures` -- ``procedure capture|recall|show|run|feedback|version|prune``

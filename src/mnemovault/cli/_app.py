@@ -19,6 +19,7 @@ from mnemovault.cli import (
     db,
     governance,
     keys,
+    librarian,
     mcp,
     memories,
     pii,
@@ -98,7 +99,7 @@ def main_callback(
 
 # Registration order is the order of ``mnemovault --help``.
 _GROUPS = (db, keys, pii, audit, memories, serve, server, governance, scrub, chat, wake,
-           review, mcp, tenants, procedures, subjects)
+           review, librarian, mcp, tenants, procedures, subjects)
 for _group in _GROUPS:
     _group.register(app)
 

@@ -13,7 +13,7 @@ and delegates to the capability module in a line or two. No SQL, no rules.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, cast, overload
 
 from mnemovault.auth import Principal
 from mnemovault.runtime import Runtime
@@ -62,3 +62,21 @@ class section(Generic[S]):
         if obj is None:  # on the class: the field itself (help(), introspection)
             return self
         return self.cls(obj.rt, obj._who)
+
+
+T = TypeVar("T")
+
+
+class part(Generic[T]):
+    """A facade attribute that reads and writes the runtime's field of the same name
+    (``MemoryVault.db``, ``.embedder``, ``.settings``...: a benchmark swaps the embedder or
+    the settings, a test the chat provider)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> T:
+        return cast(T, getattr(obj.rt, self.name))
+
+    def __set__(self, obj: Any, value: T) -> None:
+        setattr(obj.rt, self.name, value)

@@ -96,20 +96,22 @@ def unused(conn: psycopg.Connection[Any], policy: Policy, now: datetime) -> list
 
 
 class Scheduler:
-    """Runs ``job`` every ``interval_hours`` in a daemon thread until :meth:`stop`.
+    """Runs ``job`` every ``interval_hours`` in a daemon thread until :meth:`stop` (the
+    retention job, and the librarian's with ``name="librarian"``).
 
     A failing run is logged by ``job`` itself and does not stop the schedule."""
 
-    def __init__(self, job: Callable[[], object], interval_hours: float) -> None:
+    def __init__(self, job: Callable[[], object], interval_hours: float,
+                 name: str = "retention") -> None:
         self._job = job
         self._interval = interval_hours * 3600.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._name = f"mnemovault-{name}"
 
     def start(self) -> None:
         if self._thread is None and self._interval > 0:
-            self._thread = threading.Thread(target=self._loop, name="mnemovault-retention",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
             self._thread.start()
 
     def _loop(self) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import builtins
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -134,10 +134,15 @@ def remember(rt: Runtime, who: Principal, item: MemoryInput, *,
 
 def remember_many(rt: Runtime, who: Principal,
                   items: Sequence[MemoryInput | dict[str, Any]], *,
-                  request_id: str | None = None, trigger: str = "remember") -> list[Receipt]:
+                  request_id: str | None = None, trigger: str = "remember",
+                  after: Callable[[Conn, list[Receipt]], None] | None = None,
+                  ) -> list[Receipt]:
     """Remember a batch: one embedding call before the write transaction (a second one in
     it, for the items whose stored text differs from the prediction: module docstring), a
     short read-only transaction for that prediction, one write transaction, one audit row.
+    ``after``, when given, is called in that transaction once the rows and the audit row
+    are written, with the connection and the receipts (a capability's own bookkeeping of
+    what it wrote, e.g. the librarian's rank: it commits or rolls back with them).
 
     Memories with a ``key`` that is already live in their scope become a new version
     (``version`` + 1, ``parent_id`` = old id), placed on the key's timeline by its event
@@ -182,7 +187,10 @@ def remember_many(rt: Runtime, who: Principal,
             store_subjects.lock_for_write(conn, who.tenant,
                                           [(p.item.scope, p.item.subject) for p in prepared])
             vectors = embed(rt, prepared)
-            return store(rt, conn, prepared, vectors, who, request_id, trigger)
+            receipts = store(rt, conn, prepared, vectors, who, request_id, trigger)
+            if after is not None:
+                after(conn, receipts)
+            return receipts
     except Conflict as exc:
         if caused_by(exc, psycopg.errors.UniqueViolation):
             raise Conflict(

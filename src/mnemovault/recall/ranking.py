@@ -44,7 +44,9 @@ hoc information retrieval", SIGIR 2004; Diaz,
 since). The neighbours come from :mod:`mnemovault.store.neighbours`; without them (or with
 ``context_after = context_before = 0``) the ranking is the plain fusion.
 
-Then a recency term ``w_r · 2^(-age / half_life)`` and a pin bonus are added. The defaults
+Then a recency term ``w_r · 2^(-age / half_life)`` and a pin bonus are added; last, a
+librarian fact (:mod:`mnemovault.librarian`) is lifted to the best score of its ranked
+sources plus its stored ``rank_boost``, so it ranks above them until it fades. The defaults
 (0.3 : 0.7, gate from 0.05 to 0.2) were chosen with ``bench/recall_eval.py`` as the
 setting that loses to neither of its own sides on any of its sets (LoCoMo, MADial-Bench
 with both query protocols, the preference set) by more than a point at k = 5 and 10;
@@ -145,6 +147,7 @@ def fuse(
     *,
     text_max: float | None = None,
     neighbours: Mapping[uuid.UUID, Sequence[tuple[uuid.UUID, int]]] | None = None,
+    boosts: Mapping[uuid.UUID, tuple[float, Sequence[uuid.UUID]]] | None = None,
 ) -> list[Fused]:
     """Fuse the two candidate lists into one ranking, best first (ties broken by id).
 
@@ -161,6 +164,11 @@ def fuse(
             ``w.context_anchors`` of the plain fusion; their neighbours join the ranking
             with the conversation-context loan (module docstring; ``meta`` should hold
             them too, else they count as created ``now``). None: no context stage.
+        boosts: id -> (the memory's stored ``rank_boost``, the memories it was derived
+            from): the librarian's consolidated facts (:mod:`mnemovault.librarian`). Such
+            a fact scores the best of its own score and its ranked sources' scores, plus
+            its boost: above its sources while the boost is positive, just under the best
+            of them once it faded (a negative boost).
     """
     out: dict[uuid.UUID, Fused] = {}
     best = 1.0
@@ -206,7 +214,20 @@ def fuse(
                 f.score += loan
     for f in out.values():
         f.score += extras[f.id]
+    if boosts:
+        _lift(out, boosts)
     return sorted(out.values(), key=lambda f: (-f.score, f.id))
+
+
+def _lift(out: dict[uuid.UUID, Fused],
+          boosts: Mapping[uuid.UUID, tuple[float, Sequence[uuid.UUID]]]) -> None:
+    """The librarian facts' rank (``boosts`` of :func:`fuse`): each scores the best of its
+    own score and its ranked sources' (as they were before any lift), plus its boost."""
+    base = {mid: f.score for mid, f in out.items()}
+    for mid, (boost, sources) in boosts.items():
+        f = out.get(mid)
+        if f is not None:
+            f.score = max([base[mid], *(base[s] for s in sources if s in base)]) + boost
 
 
 def _loans(anchors: Sequence[Fused],

@@ -32,6 +32,7 @@ from mnemovault.recall import rerankers
 from mnemovault.recall import terms as lexical_terms
 from mnemovault.recall.ranking import fuse, rerank
 from mnemovault.runtime import Runtime
+from mnemovault.store import librarian as store_librarian
 from mnemovault.store import memories as memory_store
 from mnemovault.store import neighbours
 from mnemovault.store.search import filter_sql, text_candidates, vector_candidates
@@ -130,7 +131,8 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
         th = [(r["id"], float(r["score"])) for r in trows]
         now, w = datetime.now(UTC), rt.weights
         tmax = float(trows[0]["qmax"]) if trows else None
-        fused = fuse(vh, th, meta, now, w, text_max=tmax)
+        boost = store_librarian.boosts(conn, who.tenant, list(meta))  # librarian's facts
+        fused = fuse(vh, th, meta, now, w, text_max=tmax, boosts=boost)
         if rt.settings.recall_context and w.context and fused:
             # conversation context: the best hits' neighbours in remembered order
             nrows = neighbours.adjacent(
@@ -141,7 +143,7 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
             for r in nrows:
                 near.setdefault(r["anchor"], []).append((r["id"], int(r["offset"])))
                 meta.setdefault(r["id"], (r["created_at"], r["pinned"]))
-            fused = fuse(vh, th, meta, now, w, text_max=tmax, neighbours=near)
+            fused = fuse(vh, th, meta, now, w, text_max=tmax, neighbours=near, boosts=boost)
         reranker = rerankers.configured(rt.settings)
         if reranker is not None and fused:
             depth = max(k, rt.settings.recall_rerank_depth)

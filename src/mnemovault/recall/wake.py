@@ -6,7 +6,9 @@ the most recent records (live and unarchived), in that order of priority, and pa
 one fenced context pack (:func:`mnemovault.chat.context.context_pack`: the rule that records
 are data, never instructions, then each record fenced) within a token budget. Tokens are
 approximated as ``ceil(characters / 4)`` of each fenced record (the rule counts too): no
-model is loaded to count them, and the approximation errs high for English text.
+model is loaded to count them, and the approximation errs high for English text. Each fact
+in the pack counts one access (as a recall hit does), so a fact agents wake with does not
+fade (:mod:`mnemovault.librarian.fade`).
 
 :func:`timeline` pages a subject's memories (archived included) by creation time, keyset
 paginated on (created_at, id) with an opaque cursor.
@@ -93,6 +95,10 @@ def wake(rt: Runtime, who: Principal, *, scope: str, subject: str | None = None,
         if tokens("\n".join([*parts, note])) <= budget:
             parts.append(note)
     pack = "\n".join(parts)
+    woken = [m.id for m in chosen if m.type == "fact"]
+    if woken:  # a fact that wakes counts as used (the librarian's fading reads this)
+        with rt.db.transaction(who.tenant) as conn:
+            store.touch(conn, who.tenant, woken)
     return WakeState(scope=scope, subject=subject, budget=budget, tokens=tokens(pack),
                      records=chosen, reasons=[why[m.id] for m in chosen],
                      left_out=len(ordered) - len(chosen), pack=pack)

@@ -3,7 +3,9 @@ after given ones (:mod:`mnemovault.recall.ranking`, ``neighbours``).
 
 "Remembered order" is ``(created_at, id)``: ids are UUIDv7 (:mod:`mnemovault.ids`), so
 memories written in one transaction (one ``created_at``) keep the order they were given
-in. Each side is an index range scan of ``memories_scope_created`` bounded by the gap."""
+in. Each side is an index range scan of ``memories_scope_created`` bounded by the gap.
+Facts are no turns of a conversation (a consolidated fact sits at the time of its last
+source: :mod:`mnemovault.librarian`), so they neither lend nor borrow here."""
 
 from __future__ import annotations
 
@@ -30,13 +32,13 @@ def adjacent(conn: psycopg.Connection[Any], where: str, params: dict[str, Any],
     CROSS JOIN LATERAL (
         (SELECT id, created_at, pinned, -1 AS side
          FROM memories
-         WHERE {where} AND created_at >= a.ts - %(nb_gap)s AND created_at <= a.ts
+         WHERE {where} AND type <> 'fact' AND created_at >= a.ts - %(nb_gap)s AND created_at <= a.ts
                AND (created_at, id) < (a.ts, a.anchor)
          ORDER BY created_at DESC, id DESC LIMIT %(nb_window)s)
         UNION ALL
         (SELECT id, created_at, pinned, 1 AS side
          FROM memories
-         WHERE {where} AND created_at <= a.ts + %(nb_gap)s AND created_at >= a.ts
+         WHERE {where} AND type <> 'fact' AND created_at <= a.ts + %(nb_gap)s AND created_at >= a.ts
                AND (created_at, id) > (a.ts, a.anchor)
          ORDER BY created_at, id LIMIT %(nb_window)s)
     ) n
