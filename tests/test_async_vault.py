@@ -13,7 +13,7 @@ import pytest
 import mnemovault
 from mnemovault import AsyncMemoryVault, MemoryVault
 from mnemovault.aio import AsyncChatStream
-from mnemovault.vault import _Part
+from mnemovault.facade import part
 
 NOT_COROUTINES = {"principal": "a local principal, no I/O", "close": "a coroutine (lifecycle)",
                   "open": "a coroutine classmethod"}
@@ -23,7 +23,7 @@ def _public_methods() -> tuple[list[str], dict[str, list[str]]]:
     methods, sections = [], {}
     for n in dir(MemoryVault):
         attr = inspect.getattr_static(MemoryVault, n)
-        if n.startswith("_") or isinstance(attr, _Part):
+        if n.startswith("_") or isinstance(attr, part):
             continue
         if hasattr(attr, "cls"):  # a facade section
             sections[n] = [m for m in dir(attr.cls) if not m.startswith("_")]

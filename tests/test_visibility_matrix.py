@@ -52,10 +52,11 @@ from mcp import Client
 from mnemovault.api import create_app
 from mnemovault.auth import Principal
 from mnemovault.errors import MnemoError
+from mnemovault.facade import part
 from mnemovault.governance.commands import PREFIXES
 from mnemovault.llm import make_provider
 from mnemovault.mcp.server import build_server
-from mnemovault.vault import MemoryVault, _Part
+from mnemovault.vault import MemoryVault
 
 VS, VO = "vis-s", "vis-o"  # the main scope, another scope
 SA, SB, SZ = "subj-a", "subj-b", "subj-z"  # the main subject, another, an erased one
@@ -1061,7 +1062,7 @@ LIBRARY: dict[str, list[str] | str] = {
     "lexical.reindex": "operator: counts",
 }
 # the runtime's parts (mv.db, mv.pii, mv.audit...): raw operator access, not governed paths
-LIBRARY_PARTS = {n for n, a in vars(MemoryVault).items() if isinstance(a, _Part)}
+LIBRARY_PARTS = {n for n, a in vars(MemoryVault).items() if isinstance(a, part)}
 
 
 def _library_names() -> set[str]:
