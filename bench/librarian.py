@@ -138,9 +138,11 @@ def measure(items: list[Any], questions: list[dict], doc_key: str, *,
         progress(f"{label}: imported {len(items)} episodes in {time.perf_counter() - t0:.0f}s")
         tenant = vault.settings.tenant
         with vault.db.transaction(tenant) as conn:
-            rows = conn.execute(f"SELECT id, provenance->>'{doc_key}' AS doc FROM memories "
+            # provenance is sealed (0017): selected with its sealed form, the row factory
+            # opens it
+            rows = conn.execute("SELECT id, key_id, provenance, provenance_sealed FROM memories "
                                 "WHERE tenant_id = %s", (tenant,)).fetchall()
-        before_doc = {r["id"]: r["doc"] for r in rows}
+        before_doc = {r["id"]: (r["provenance"] or {}).get(doc_key) for r in rows}
         before = [[[before_doc.get(h.memory.id, "")] for h in vault.recall(
             q["text"], scope=q["scope"], k=10, touch=False)] for q in questions]
         progress(f"{label}: recalled {len(questions)} questions before the librarian")
@@ -150,10 +152,11 @@ def measure(items: list[Any], questions: list[dict], doc_key: str, *,
                  f"{res.merged} merged, {res.distilled} distilled facts")
         with vault.db.transaction(tenant) as conn:
             rows = conn.execute(
-                f"SELECT id, type, provenance->>'{doc_key}' AS doc, ARRAY(SELECT source_id "
+                "SELECT id, type, key_id, provenance, provenance_sealed, ARRAY(SELECT source_id "
                 "FROM memory_lineage l WHERE l.tenant_id = m.tenant_id AND l.memory_id = m.id)"
                 " AS sources FROM memories m WHERE tenant_id = %s", (tenant,)).fetchall()
-        doc = {r["id"]: r["doc"] for r in rows if r["type"] == "episode"}
+        doc = {r["id"]: (r["provenance"] or {}).get(doc_key) for r in rows
+               if r["type"] == "episode"}
         sources = {r["id"]: [doc[s] for s in r["sources"] if s in doc]
                    for r in rows if r["type"] == "fact"}
         ranked: dict[str, list[list[list[str]]]] = {"before": before, "episodes": [],

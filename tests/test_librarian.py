@@ -42,7 +42,8 @@ def _facts(vault: MemoryVault, tenant: str) -> list[dict[str, Any]]:
     with vault.db.transaction(tenant) as conn:
         rows = conn.execute(
             "SELECT id, key_id, content_sealed, status, archived, pinned, rank_boost, "
-            "provenance, ARRAY(SELECT source_id FROM memory_lineage l WHERE l.tenant_id = "
+            "provenance, provenance_sealed, ARRAY(SELECT source_id FROM memory_lineage l "
+            "WHERE l.tenant_id = "
             "m.tenant_id AND l.memory_id = m.id) AS sources FROM memories m "
             "WHERE tenant_id = %s AND type = 'fact' ORDER BY id", (tenant,)).fetchall()
     return [dict(r) for r in rows]

@@ -103,9 +103,10 @@ def source_id_hash(fingerprint_key: bytes, source_id: str) -> str:
     return "s1:" + term_hash(fingerprint_key, "source-id", source_id).hex()
 
 
-SYSTEM_PROVENANCE = frozenset({"review", "captured_by", "injection_flags"})
+SYSTEM_PROVENANCE = frozenset({"review", "captured_by", "injection_flags", "librarian"})
 """Provenance keys the product sets (the review gate's state and capturer, the
-sanitiser's rule names) and SQL reads: kept in the clear column, never sealed."""
+sanitiser's rule names, the kind of a librarian's fact) and SQL reads: kept in the clear
+column, never sealed."""
 
 _HASHED_PROVENANCE = ("tags", "source_id")
 

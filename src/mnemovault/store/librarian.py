@@ -27,7 +27,9 @@ SOURCE = "librarian"
 LOCK_CLASS = 0x6D766C62  # "mvlb": pg_try_advisory_lock(LOCK_CLASS, hashtext(tenant))
 
 _LIVE = "status = 'active' AND NOT archived"
-_FACTS = f"tenant_id = %(tenant)s AND type = 'fact' AND provenance->>'source' = '{SOURCE}'"
+# a fact's ``provenance.librarian`` (its kind: merge or distil) stays in the clear column
+# (mnemovault.pii.sealing.SYSTEM_PROVENANCE), the rest of its provenance is sealed
+_FACTS = "tenant_id = %(tenant)s AND type = 'fact' AND provenance ? 'librarian'"
 
 
 def try_lock(conn: Conn, tenant: str) -> bool:
@@ -63,11 +65,13 @@ def episodes(conn: Conn, tenant: str, scope: str) -> list[dict[str, Any]]:
 def facts(conn: Conn, tenant: str, scope: str) -> list[dict[str, Any]]:
     """The librarian's facts of ``scope`` that are not superseded (live, archived or held
     for review): ``id`` and ``source_id`` (the digest of its kind and sources)."""
-    return conn.execute(
-        "SELECT id, provenance->>'source_id' AS source_id FROM memories "
-        f"WHERE tenant_id = %s AND type = 'fact' AND provenance->>'source' = '{SOURCE}' "
+    rows = conn.execute(  # the sealed provenance opened by the row factory: the digest
+        "SELECT id, key_id, provenance, provenance_sealed FROM memories "
+        "WHERE tenant_id = %s AND type = 'fact' AND provenance ? 'librarian' "
         "AND scope = %s AND status IN ('active', 'pending_review')",
         (tenant, scope)).fetchall()
+    return [{"id": r["id"], "source_id": (r["provenance"] or {}).get("source_id")}
+            for r in rows]
 
 
 def set_boost(conn: Conn, tenant: str, ids: Sequence[uuid.UUID], boost: float) -> int:

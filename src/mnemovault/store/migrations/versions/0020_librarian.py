@@ -26,7 +26,7 @@ def upgrade() -> None:
         """
         ALTER TABLE memories ADD COLUMN rank_boost real NOT NULL DEFAULT 0;
         CREATE INDEX memories_librarian ON memories (tenant_id, scope)
-            WHERE type = 'fact' AND provenance->>'source' = 'librarian';
+            WHERE type = 'fact' AND provenance ? 'librarian';
         """
     )
 
