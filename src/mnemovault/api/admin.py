@@ -120,7 +120,7 @@ def pii_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRo
 class LibrarianRun(BaseModel):
     model_config = ConfigDict(extra="forbid")
     scope: str | None = Field(default=None, description="only this scope (default: all)")
-    dry_run: bool = Field(default=False, description="plan and report, write nothing")
+    dry_run: StrictBool = Field(default=False, description="plan and report, write nothing")
 
 
 def librarian_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:
