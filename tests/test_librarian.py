@@ -359,3 +359,34 @@ def test_the_cli_runs_it(vault: MemoryVault, tenant: str, settings: Any) -> None
         r = runner.invoke(app, base)
         store.unlock(conn, tenant)
     assert r.exit_code == 5 and "under way" in r.output
+
+
+def test_an_attribute_stated_twice_supersedes_in_valid_time(vault: MemoryVault,
+                                                            tenant: str) -> None:
+    """Item 2's "the same attribute found by the librarian": two unkeyed episodes say where
+    Dana lives (the later-dated one written first); the librarian's keyed facts make the
+    later value current and the earlier one true only as of its time; a rerun adds
+    nothing."""
+    p = vault.principal(tenant)
+    new = vault.remember("I moved to Oslo last month for a new job.", scope="s",
+                         subject="dana", created_at=datetime(2025, 6, 1, tzinfo=UTC),
+                         principal=p)
+    old = vault.remember("I live in Lisbon with my two cats.", scope="s", subject="dana",
+                         created_at=datetime(2024, 1, 10, tzinfo=UTC), principal=p)
+    res = vault.librarian.run(principal=p)
+    assert res.attributes == 2 and len(res.written) >= 2, res
+
+    def homes(**kw: Any) -> list[str]:
+        hits = vault.recall("where does dana live?", scope="s", k=10,
+                            filters={"types": ["fact"]}, principal=p, touch=False, **kw)
+        return [h.memory.content for h in hits if "lives in" in h.memory.content]
+
+    assert homes() == ["dana (1 June 2025): lives in Oslo."]
+    assert homes(as_of="2024-06-01T00:00:00Z") == ["dana (10 January 2024): lives in Lisbon."]
+    assert homes(as_of="2023-06-01T00:00:00Z") == []
+    facts = {f["id"]: f for f in _facts(vault, tenant)}
+    lineage = {tuple(f["sources"]): f["status"] for f in facts.values()
+               if f["provenance"].get("attribute") == "home"}
+    assert lineage == {(new.id,): "active", (old.id,): "superseded"}
+    again = vault.librarian.run(principal=p)
+    assert again.written == [] and again.existing >= 2

@@ -151,6 +151,9 @@ class Settings(BaseSettings):
     librarian_merge_similarity: float = Field(default=0.9, ge=-1.0, le=1.0)
     librarian_merge_lexical: float = Field(default=0.5, ge=0.0, le=1.0)
     librarian_distil: bool = True
+    # one keyed fact per attribute a subject's episode states (where it lives or works, a
+    # favourite thing), so a later value supersedes an earlier one in valid time
+    librarian_attributes: bool = True
     librarian_topic_similarity: float = Field(default=0.45, ge=-1.0, le=1.0)  # chosen: bench
     librarian_max_sources: int = Field(default=6, ge=2, le=100)
     librarian_use_model: bool = True

@@ -29,7 +29,8 @@ class Episode:
 
 @dataclass
 class Draft:
-    """A fact the librarian means to write: ``kind`` (``merge`` or ``distil``), its text,
+    """A fact the librarian means to write: ``kind`` (``merge``, ``distil`` or
+    ``attribute``), its text,
     the episodes it comes from (lineage to each), the subject they share."""
 
     kind: str
@@ -48,6 +49,8 @@ class Draft:
         """A fingerprint of the kind and the set of sources (ids only): the same group
         planned again is recognised and not written twice (a rerun is idempotent)."""
         h = hashlib.sha256(self.kind.encode())
+        if "attribute" in self.notes:  # one episode can state several attributes
+            h.update(b"\x00" + str(self.notes["attribute"]).encode())
         for i in self.source_ids:
             h.update(i.bytes)
         return _letters(h.digest()[:12])
@@ -56,7 +59,11 @@ class Draft:
     def key(self) -> str:
         """The fact's upsert key: its kind and its oldest source. A group that grows
         (a newer episode joins it) keeps its oldest source, so its new fact becomes a
-        new version of the old one (:mod:`mnemovault.memories.write` key versioning)."""
+        new version of the old one (:mod:`mnemovault.memories.write` key versioning). An
+        attribute's fact has its subject's attribute key instead
+        (:func:`mnemovault.librarian.attributes.key_of`): each value a version."""
+        if "key" in self.notes:
+            return str(self.notes["key"])
         return f"librarian {self.kind} {_letters(self.source_ids[0].bytes)}"
 
     @property

@@ -40,7 +40,7 @@ from mnemovault import validation as checked
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
 from mnemovault.errors import Conflict, InternalError, MnemoError, ValidationError
-from mnemovault.librarian import distil, fade, merge
+from mnemovault.librarian import attributes, distil, fade, merge
 from mnemovault.librarian.common import Draft, Episode, unit
 from mnemovault.llm.base import ChatProvider
 from mnemovault.memories import write
@@ -68,9 +68,11 @@ class LibrarianResult(BaseModel):
     scopes: int = 0
     episodes: int = 0
     planned: int = 0
-    """Facts planned (merged + distilled), written or not."""
+    """Facts planned (merged + distilled + attributes), written or not."""
     merged: int = 0
     distilled: int = 0
+    attributes: int = 0
+    """Attribute facts planned (:mod:`mnemovault.librarian.attributes`)."""
     existing: int = 0
     """Planned facts that were already there (from an earlier run): not written again."""
     written: list[uuid.UUID] = []
@@ -111,6 +113,8 @@ def plan(rt: Runtime, episodes: list[Episode]) -> list[Draft]:
         out += distil.drafts([e for e in episodes if e.id not in repeats],
                              similarity=s.librarian_topic_similarity,
                              max_sources=s.librarian_max_sources, llm=_model(rt))
+    if s.librarian_attributes:  # one keyed fact per attribute value: later ones supersede
+        out += attributes.drafts(episodes)
     return out
 
 
@@ -140,9 +144,13 @@ def _item(scope: str, d: Draft) -> dict[str, Any]:
                             "librarian": d.kind, "via": d.via, "sources": len(d.sources),
                             "span_from": first.date().isoformat(),
                             "span_to": last.date().isoformat()}
+    if "attribute" in d.notes:
+        prov["attribute"] = d.notes["attribute"]
     return {"content": d.content, "scope": scope, "subject": d.subject, "type": "fact",
             "key": d.key, "provenance": prov, "created_at": last,
-            "derived_from": d.source_ids}
+            "derived_from": d.source_ids,
+            # an attribute's value holds from its statement on (valid time, issue 23 item 2)
+            **({"valid_from": first} if d.kind == "attribute" else {})}
 
 
 def _write(rt: Runtime, who: Principal, items: list[dict[str, Any]],
@@ -227,6 +235,7 @@ def _run_locked(rt: Runtime, who: Principal, res: LibrarianResult, scope: str | 
         res.planned += len(drafts)
         res.merged += sum(d.kind == "merge" for d in drafts)
         res.distilled += sum(d.kind == "distil" for d in drafts)
+        res.attributes += sum(d.kind == "attribute" for d in drafts)
         res.model_fallbacks += sum(d.via == "model_fallback" for d in drafts)
         todo = [d for d in drafts if d.digest not in have]
         res.existing += len(drafts) - len(todo)

@@ -63,12 +63,13 @@ def episodes(conn: Conn, tenant: str, scope: str) -> list[dict[str, Any]]:
 
 
 def facts(conn: Conn, tenant: str, scope: str) -> list[dict[str, Any]]:
-    """The librarian's facts of ``scope`` that are not superseded (live, archived or held
-    for review): ``id`` and ``source_id`` (the digest of its kind and sources)."""
+    """The librarian's facts of ``scope`` (live, archived, held for review, or superseded:
+    an attribute's earlier value stays as a version, and a rerun must not write it again):
+    ``id`` and ``source_id`` (the digest of its kind and sources)."""
     rows = conn.execute(  # the sealed provenance opened by the row factory: the digest
         "SELECT id, key_id, provenance, provenance_sealed FROM memories "
         "WHERE tenant_id = %s AND type = 'fact' AND provenance ? 'librarian' "
-        "AND scope = %s AND status IN ('active', 'pending_review')",
+        "AND scope = %s AND status IN ('active', 'pending_review', 'superseded')",
         (tenant, scope)).fetchall()
     return [{"id": r["id"], "source_id": (r["provenance"] or {}).get("source_id")}
             for r in rows]
