@@ -128,7 +128,10 @@ def read_scope(rt: Runtime, tenant: str, scope: str) -> tuple[list[Episode], set
     rows = [r for r in rows if not r.get("erased") and r["embedding"] is not None]
     vecs = unit(np.asarray([_array(r["embedding"]) for r in rows])
                 ) if rows else np.zeros((0, 1), dtype=np.float32)
-    eps = [Episode(id=r["id"], subject=r["subject_id"], created_at=r["created_at"],
+    # an episode's time is when what it says happened: its valid_from when the writer gave
+    # one (an event time), else when it was remembered
+    eps = [Episode(id=r["id"], subject=r["subject_id"],
+                   created_at=r.get("valid_from") or r["created_at"],
                    content=r["content"], vector=v) for r, v in zip(rows, vecs, strict=True)]
     return eps, have
 

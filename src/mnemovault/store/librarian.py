@@ -55,9 +55,11 @@ def scopes(conn: Conn, tenant: str) -> list[str]:
 
 def episodes(conn: Conn, tenant: str, scope: str) -> list[dict[str, Any]]:
     """The live (active, unarchived) episodes of ``scope`` in remembered order: ``id``,
-    ``subject_id``, ``created_at``, ``content`` (opened), ``embedding``."""
+    ``subject_id``, ``created_at``, ``valid_from`` (its event time), ``content`` (opened),
+    ``embedding``."""
     return conn.execute(
-        f"SELECT id, key_id, content_sealed, subject_id, created_at, embedding FROM memories "
+        "SELECT id, key_id, content_sealed, subject_id, created_at, valid_from, embedding "
+        "FROM memories "
         f"WHERE tenant_id = %s AND scope = %s AND type = 'episode' AND {_LIVE} "
         "ORDER BY created_at, id", (tenant, scope)).fetchall()
 
