@@ -313,7 +313,9 @@ def test_subject_lookup_export_rectify_erase_and_the_receipt_verifies(
     assert vault.get(a.id, principal=owner).content == "Iris swims at dusk"
     r = client.post("/console/subjects/erase", data={**base, "confirm": "iri"})
     assert r.status_code == 409
-    assert len(vault.subjects.list("iris", scope="s", principal=owner).items) == 2
+    # two memories, and the rectified one's history version (valid time before the fix)
+    listed = vault.subjects.list("iris", scope="s", principal=owner).items
+    assert len(listed) == 3 and sum(m.parent_id == a.id for m in listed) == 1
     r = client.post("/console/subjects/erase", data={**base, "confirm": "iris"})
     assert r.status_code == 200 and "Download the signed receipt" in r.text
     assert vault.subjects.list("iris", scope="s", principal=owner).items == []
@@ -321,7 +323,7 @@ def test_subject_lookup_export_rectify_erase_and_the_receipt_verifies(
     seq = re.search(r'/console/subjects/receipts/(\d+)"', r.text)
     assert seq
     dl = client.get(f"/console/subjects/receipts/{seq.group(1)}")
-    assert dl.status_code == 200 and dl.json()["counts"]["memories"] == 2
+    assert dl.status_code == 200 and dl.json()["counts"]["memories"] == 3  # + history
     f = tmp_path / "receipt.json"
     f.write_bytes(dl.content)
     res = CliRunner().invoke(cli_app, ["--data-dir", str(vault.settings.data_dir), "--tenant",
