@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from mnemovault.audit import log as audit_log
 from mnemovault.cli import app as cli_app
 from mnemovault.store.embedded import stop
 
@@ -39,7 +40,11 @@ def data() -> Iterator[Path]:
         shutil.rmtree(parent, ignore_errors=True)
 
 
-def test_librarian_valid_time_and_pii_watch_end_to_end(data: Path) -> None:
+def test_librarian_valid_time_and_pii_watch_end_to_end(
+        data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the CLI configures the process's audit log (its signing key) for its own data dir:
+    # put the session's back afterwards
+    monkeypatch.setattr(audit_log, "config", audit_log.config)
     runner = CliRunner()
 
     def cli(*args: str) -> Any:
