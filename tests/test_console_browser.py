@@ -122,6 +122,10 @@ def sign_in(b: Any, token: str, *, ok: bool = True) -> None:
     box.send_keys(Keys.ENTER)
     if ok:
         WebDriverWait(b, 20).until(lambda d: "/signin" not in d.current_url)
+        # the page the sign-in lands on, loaded whole before a test looks for its parts
+        # (a loaded machine renders it later than the URL changes)
+        WebDriverWait(b, 20).until(
+            lambda d: d.execute_script("return document.readyState") == "complete")
     else:
         WebDriverWait(b, 20).until(lambda d: flash(d))
 
