@@ -58,23 +58,32 @@ WORDS = ["alice", "bob", "leeds", "york", "marathon", "coffee", "window", "seat"
          "train", "paris", "berlin"]
 
 
-def _load(url: str, tenant: str, n: int, dim: int) -> None:
-    rng = np.random.default_rng(7)
+def _load(mv: Any, tenant: str, n: int, dim: int) -> None:
+    """``n`` rows by COPY as the owner, with the keyed lexical terms the write path would
+    give them (migration 0014: ``tsv`` is written by the application, never derived from
+    the content); content left unsealed (``key_id`` NULL), as a database made before
+    sealing holds it: every read path opens such rows as they are."""
     from pgvector.psycopg import register_vector
 
-    with psycopg.connect(url) as conn:
+    from mnemovault.recall import terms
+
+    rng = np.random.default_rng(7)
+    mv.ensure_tenant(tenant)
+    with mv.db.transaction(tenant) as conn:  # the tenant's term key (created on first use)
+        key = terms.tenant_key(mv.rt.pii, conn, tenant)
+    assert key is not None
+    with psycopg.connect(mv.rt.db.url) as conn:
         register_vector(conn)
-        conn.execute("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING",
-                     (tenant,))
         with conn.cursor().copy(
-                "COPY memories (tenant_id, id, scope, type, content, embedding) "
-                "FROM STDIN") as cp:
+                "COPY memories (tenant_id, id, scope, type, content, embedding, tsv, "
+                "tsv_length) FROM STDIN") as cp:
             for i in range(n):
                 v = rng.standard_normal(dim).astype(np.float32)
                 v /= np.linalg.norm(v)
                 text = " ".join(rng.choice(WORDS, 8)) + f" note {i}"
+                tsv, length = terms.document(key, text)
                 cp.write_row((tenant, uuid.uuid4(), "s", "episode", text,
-                              "[" + ",".join(f"{x:.6f}" for x in v) + "]"))
+                              "[" + ",".join(f"{x:.6f}" for x in v) + "]", tsv, length))
         # the planner's statistics of the tables the triggers filled too (autovacuum would
         # take a while: without them the postings queries get plans for empty tables)
         conn.execute("ANALYZE memories, lexical_postings, lexical_df, lexical_scope_stats")
@@ -170,7 +179,7 @@ def _measure(settings: Any, n: int, repeat: int, writes: int) -> dict[str, Any]:
     try:
         tenant = f"bench-{uuid.uuid4().hex[:8]}"
         dim = mv.rt.embedder.dimension
-        _load(mv.rt.db.url, tenant, n, dim)
+        _load(mv, tenant, n, dim)
         who = mv.principal(tenant)
         mv.recall(QUERIES[0], scope="s", k=10, principal=who, touch=False)  # warm
         times = []
