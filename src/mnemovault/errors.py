@@ -132,3 +132,15 @@ class InternalError(MnemoError):
 
     code = "internal"
     status = 500
+
+
+def tenant_job_failure(job: str, tenant: str, exc: BaseException, log: Any) -> MnemoError:
+    """What an operator job that runs every tenant (retention, the librarian, the PII watch)
+    reports for a tenant whose run raised: the error itself, or an :class:`InternalError`
+    naming only its type; logged with the tenant's id, the code and the type (never the
+    message, which may hold a value). The other tenants still run."""
+    err = exc if isinstance(exc, MnemoError) else InternalError(
+        f"internal: {type(exc).__name__}")
+    log.error("%s failed for tenant %s: %s (%s)", job, tenant, err.code,
+              type(exc.__cause__ or exc).__name__)
+    return err

@@ -20,7 +20,12 @@ from mnemovault import validation as checked
 from mnemovault import visibility
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
-from mnemovault.errors import Conflict, InternalError, MnemoError, Refused, ValidationError
+from mnemovault.errors import (
+    Conflict,
+    Refused,
+    ValidationError,
+    tenant_job_failure,
+)
 from mnemovault.governance import forget as forget_mod
 from mnemovault.governance import retention
 from mnemovault.models import ForgetResult, PinResult, RetentionResult
@@ -289,10 +294,7 @@ def run_retention_all(rt: Runtime, *, dry_run: bool = False,
         try:
             out.append(run_retention(rt, Principal.local(t), dry_run=dry_run, now=now))
         except Exception as exc:  # one tenant's failure must not stop the others
-            err = exc if isinstance(exc, MnemoError) else InternalError(
-                f"internal: {type(exc).__name__}")
-            log.error("retention failed for tenant %s: %s (%s)", t, err.code,
-                      type(exc.__cause__ or exc).__name__)
+            err = tenant_job_failure("retention", t, exc, log)
             out.append(RetentionResult(tenant=t, archived=[], deleted=[], dry_run=dry_run,
                                        audit_seq=None, error=err.to_dict()))
     return out

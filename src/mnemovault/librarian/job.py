@@ -39,7 +39,11 @@ from pydantic import BaseModel
 from mnemovault import validation as checked
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
-from mnemovault.errors import Conflict, InternalError, MnemoError, ValidationError
+from mnemovault.errors import (
+    Conflict,
+    ValidationError,
+    tenant_job_failure,
+)
 from mnemovault.librarian import attributes, distil, fade, merge
 from mnemovault.librarian.common import Draft, Episode, unit
 from mnemovault.llm.base import ChatProvider
@@ -281,9 +285,6 @@ def run_all(rt: Runtime, *, dry_run: bool = False,
         try:
             out.append(run(rt, Principal.local(t), dry_run=dry_run, now=now))
         except Exception as exc:  # one tenant's failure must not stop the others
-            err = exc if isinstance(exc, MnemoError) else InternalError(
-                f"internal: {type(exc).__name__}")
-            log.error("librarian failed for tenant %s: %s (%s)", t, err.code,
-                      type(exc.__cause__ or exc).__name__)
+            err = tenant_job_failure("librarian", t, exc, log)
             out.append(LibrarianResult(tenant=t, dry_run=dry_run, error=err.to_dict()))
     return out

@@ -61,7 +61,12 @@ from typing import Any
 
 from mnemovault.audit import log as audit
 from mnemovault.auth import Principal
-from mnemovault.errors import Conflict, Forbidden, InternalError, MnemoError, ValidationError
+from mnemovault.errors import (
+    Conflict,
+    Forbidden,
+    ValidationError,
+    tenant_job_failure,
+)
 from mnemovault.pii import service as pii
 from mnemovault.pii.detect import normalise
 from mnemovault.pii.vault import ERASED, PLACEHOLDER_RE
@@ -368,10 +373,7 @@ def run_all(rt: Runtime, *, dry_run: bool = False, batch: int = BATCH,
         except Conflict:
             report.busy.append(tenant)
         except Exception as exc:  # one tenant's failure must not stop the others
-            err = exc if isinstance(exc, MnemoError) else InternalError(
-                f"internal: {type(exc).__name__}")
-            log.error("pii watch failed for tenant %s: %s (%s)", tenant, err.code,
-                      type(exc).__name__)
+            err = tenant_job_failure("pii watch", tenant, exc, log)
             report.errors.append({"tenant": tenant, "error": err.to_dict()})
     report.ms = round((time.perf_counter() - t0) * 1000, 2)
     return report
