@@ -23,7 +23,7 @@ from mnemovault.governance import forget as forget_mod
 from mnemovault.pii.vault import PLACEHOLDER_RE
 from mnemovault.vault import MemoryVault
 from tests import lexical
-from tests.dbcheck import refused_by_database
+from tests.dbcheck import refused_by_database, scratch_database
 
 
 def _u() -> str:
@@ -470,13 +470,7 @@ def test_migration_indexes_memories_stored_before_it(vault: MemoryVault) -> None
 
     from mnemovault.store.db import Database
 
-    name = f"mv_backfill_{_u()}"
-    base = vault.db.url
-    url = re.sub(r"/mnemovault\?", f"/{name}?", base)
-    assert url != base
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    try:
+    with scratch_database(vault.db.url, "mv_backfill") as url:
         db = Database(url)
         command.upgrade(db.alembic_config(3), "0003_audit")
         p1, p2 = "{person:p_00000000aa}", "{email:p_00000000bb}"
@@ -494,9 +488,6 @@ def test_migration_indexes_memories_stored_before_it(vault: MemoryVault) -> None
         assert nodes == sorted([(p1, "person"), (p2, "email")])
         assert support == (2,)
         assert edges == [tuple(sorted([p1, p2]))]
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 # -- concurrency: a write that mentions a value racing a forget that would shred it ----------

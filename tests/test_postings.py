@@ -24,6 +24,7 @@ from mnemovault.store import memories as memory_store
 from mnemovault.store import search
 from mnemovault.vault import MemoryVault
 from tests import lexical
+from tests.dbcheck import scratch_database
 
 WORDS = ("garden", "tomato", "bicycle", "repair", "marathon", "training", "piano", "lesson",
          "quarterly", "report", "lisbon", "trip", "sourdough", "bread", "kayak", "river")
@@ -313,20 +314,13 @@ def test_the_migration_fills_the_postings_of_memories_stored_before_it(
     """0010 on a database with memories (plain PostgreSQL): TRIGGERS.create and the
     backfill, so the postings equal a recount and later writes are kept."""
     import importlib
-    import re
 
     import psycopg
     from alembic import command
 
     from mnemovault.store.db import Database
 
-    name = f"mv_postings_{uuid.uuid4().hex[:8]}"
-    base = vault.db.url
-    url = re.sub(r"/mnemovault\?", f"/{name}?", base)
-    assert url != base
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    try:
+    with scratch_database(vault.db.url, "mv_postings") as url:
         db = Database(url)
         command.upgrade(db.alembic_config(3), "0009_lexical_stats")
         with psycopg.connect(url) as conn:
@@ -353,6 +347,3 @@ def test_the_migration_fills_the_postings_of_memories_stored_before_it(
                                 ).fetchone()[0] == 12
         module = importlib.import_module("mnemovault.store.migrations.versions.0010_postings")
         assert triggers == set(module.TRIGGERS.trigger_names()) and len(triggers) == 4
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -25,6 +25,7 @@ from mnemovault.cli import app as cli_app
 from mnemovault.errors import ValidationError
 from mnemovault.mcp.server import build_server
 from mnemovault.vault import MemoryVault
+from tests.dbcheck import scratch_database
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 Q = "where does Ada live"
@@ -316,7 +317,6 @@ def test_the_backfill_bounds_every_superseded_version(vault: MemoryVault) -> Non
     after 0017 every row is valid from its creation, each superseded version ends where its
     successor begins (the earliest later start; never before its own), the proposal's
     interval is empty."""
-    import re
     import uuid
 
     import psycopg
@@ -324,13 +324,7 @@ def test_the_backfill_bounds_every_superseded_version(vault: MemoryVault) -> Non
 
     from mnemovault.store.db import Database
 
-    name = f"mv_valid_{uuid.uuid4().hex[:8]}"
-    base = vault.db.url
-    url = re.sub(r"/mnemovault\?", f"/{name}?", base)
-    assert url != base
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    try:
+    with scratch_database(vault.db.url, "mv_valid") as url:
         cfg = Database(url).alembic_config(vault.embedder.dimension)
         command.upgrade(cfg, "0016_stat_deltas")
         vec = "[" + ",".join(["0.05"] * vault.embedder.dimension) + "]"
@@ -365,6 +359,3 @@ def test_the_backfill_bounds_every_superseded_version(vault: MemoryVault) -> Non
                        "p1": (day(0), day(30)), "p2": (day(30), None),
                        "free": (day(3), None)}
         assert index is not None and "(tenant_id, scope, valid_from)" in index[0]
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
