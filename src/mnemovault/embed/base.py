@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:  # numpy is imported where vectors are made (not by commands that never embed)
+    import numpy as np
+    import numpy.typing as npt
 
-Vectors = npt.NDArray[np.float32]
+    Vectors = npt.NDArray[np.float32]
 
 
 @runtime_checkable
@@ -28,6 +29,8 @@ class Embedder(Protocol):
 
 def normalise(vectors: Vectors) -> Vectors:
     """Scale each row to unit L2 length (zero rows stay zero)."""
+    import numpy as np
+
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return (vectors / norms).astype(np.float32, copy=False)

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from mnemovault.embed.base import Embedder, Vectors
+from mnemovault.embed.base import Embedder
 from mnemovault.errors import ConfigError
+
+if TYPE_CHECKING:
+    from mnemovault.embed.base import Vectors
 
 
 class LazyEmbedder:
@@ -79,6 +80,8 @@ class LazyEmbedder:
 
     def embed(self, texts: list[str]) -> Vectors:
         if not texts:  # nothing to embed: no reason to load a model
+            import numpy as np
+
             return np.zeros((0, self.dimension), dtype=np.float32)
         vectors = self.load().embed(texts)
         if vectors.ndim != 2 or vectors.shape[1] != self.dimension:

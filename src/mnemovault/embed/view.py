@@ -10,9 +10,12 @@ knows nothing of what it does.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mnemovault.embed.base import Embedder, Vectors
+from mnemovault.embed.base import Embedder
+
+if TYPE_CHECKING:
+    from mnemovault.embed.base import Vectors
 
 
 class ViewEmbedder:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import builtins
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from mnemovault import librarian
 from mnemovault.auth import Principal
 from mnemovault.facade import Section
-from mnemovault.librarian import LibrarianResult
-from mnemovault.librarian.job import Progress
+
+if TYPE_CHECKING:  # the job (numpy) is imported by a run, not by opening the vault
+    from mnemovault.librarian import LibrarianResult
+    from mnemovault.librarian.job import Progress
 
 
 class LibrarianSection(Section):
@@ -27,6 +29,8 @@ class LibrarianSection(Section):
             request_id: str | None = None) -> LibrarianResult:
         """One run over the principal's tenant (``memory:write`` + ``memory:forget``, an
         unlimited key); ``locked`` in the result when another run holds the tenant."""
+        from mnemovault import librarian
+
         return librarian.run(self.rt, self._who(principal), scope=scope, dry_run=dry_run,
                              now=now, progress=progress, request_id=request_id)
 
@@ -34,4 +38,6 @@ class LibrarianSection(Section):
                 now: datetime | None = None) -> builtins.list[LibrarianResult]:
         """One run per live tenant (operator path: the ``librarian_interval_hours``
         schedule)."""
+        from mnemovault import librarian
+
         return librarian.run_all(self.rt, dry_run=dry_run, now=now)

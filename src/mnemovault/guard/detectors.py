@@ -287,12 +287,13 @@ def _stdnum(module: str, group: int = 0) -> Callable[[re.Match[str]], bool]:
     as the dashes the number is written with (module docstring)."""
     import importlib
 
-    mod = importlib.import_module(f"stdnum.{module}")
-    is_valid: Callable[[str], bool] = mod.is_valid
+    is_valid: list[Callable[[str], bool]] = []  # imported on the first match, not at start
 
     def check(m: re.Match[str]) -> bool:
+        if not is_valid:
+            is_valid.append(importlib.import_module(f"stdnum.{module}").is_valid)
         try:
-            return bool(is_valid(m.group(group).replace(".", "-")))
+            return bool(is_valid[0](m.group(group).replace(".", "-")))
         except Exception:  # a validator must never break the guard on odd input
             return False
     return check

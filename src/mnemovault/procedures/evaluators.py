@@ -45,16 +45,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any
-
-import httpx
-import regex
+from typing import TYPE_CHECKING, Any
 
 from mnemovault.config import Settings
 from mnemovault.errors import Unavailable, ValidationError
 from mnemovault.procedures.models import Steps
 from mnemovault.procedures.plugins import Evaluator, Judgement, plugins
 from mnemovault.runtime import Runtime
+
+if TYPE_CHECKING:  # imported where used: opening the vault must not pay for them
+    import httpx
 
 DEFAULT = "rule"
 PATTERN_TIMEOUT_S = 0.25
@@ -102,6 +102,8 @@ class RuleEvaluator:
         if REFUSAL_MARKERS.search(answer):
             return Judgement("failure", 0.0, "refusal")
         if steps.expect is not None:
+            import regex
+
             if regex.search(steps.expect, answer, timeout=PATTERN_TIMEOUT_S):
                 return Judgement("success", 1.0, "expected")
             return Judgement("failure", 0.0, "missing")
@@ -132,6 +134,8 @@ class ModelEvaluator:
     def __init__(self, *, model: str, base_url: str, api_key: str | None = None,
                  timeout_s: float = 60.0,
                  transport: httpx.BaseTransport | None = None) -> None:
+        import httpx
+
         self.model = model
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(base_url=base_url.rstrip("/"), headers=headers,
@@ -159,6 +163,8 @@ class ModelEvaluator:
     def __call__(self, question: str, answer: str, steps: Steps) -> Judgement:
         body = {"model": self.model, "messages": self.messages(question, answer, steps),
                 "temperature": 0, "stream": False}
+        import httpx
+
         try:
             resp = self._client.post("/chat/completions", json=body)
         except httpx.HTTPError as exc:

@@ -10,7 +10,6 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-import regex
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator
 
 from mnemovault.models import Provenance
@@ -103,6 +102,8 @@ class Steps(BaseModel):
         if v is None:
             return v
         _name(v, max_len=MAX_EXPECT_CHARS)
+        import regex  # here: opening the vault need not import it
+
         try:
             regex.compile(v)
         except regex.error as exc:

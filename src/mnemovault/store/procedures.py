@@ -19,13 +19,15 @@ import json
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
 
 from mnemovault.store.memories import KEEP_PLAINTEXT, stored_plaintext
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Conn = psycopg.Connection[Any]
 

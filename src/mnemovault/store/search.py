@@ -13,14 +13,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import psycopg
 
 from mnemovault.store.db import tenant_of
 from mnemovault.store.lexstats import SCOPE_STATS, TERM_STATS
 from mnemovault.store.visibility import valid_at
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _STATUSES = ("active", "pending_review", "superseded")  # memories.status (migration 0001)
 
