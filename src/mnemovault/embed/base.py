@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # numpy is imported where vectors are made (not by commands that never embed)
     import numpy as np
     import numpy.typing as npt
 
     Vectors = npt.NDArray[np.float32]
+else:  # the name, for modules that import it at run time (their annotations are strings)
+    Vectors = Any
 
 
 @runtime_checkable
