@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import typer.core
 from pydantic import ValidationError as PydanticValidationError
 
 from mnemovault.cli import (
@@ -38,8 +39,71 @@ from mnemovault.errors import ConfigError, ValidationError
 
 __all__ = ["app"]
 
+
+
+_METAVARS = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT", "datetime": "DATETIME",
+             "file": "FILE", "directory": "DIR", "path": "PATH", "bool": ""}
+
+
+def _option_type(self: typer.core.TyperOption, ctx: Any) -> str | None:
+    """A flag takes no value, so it shows no type; a value shows a conventional metavar
+    (TEXT, INTEGER, [a|b], TEXT... for a repeatable option) rather than the annotation."""
+    if self.metavar is not None:
+        return self.metavar or None
+    if self.is_flag or self.count:
+        return None
+    label = typer.core.TyperOption.display_type(self, ctx).strip("<>")
+    many = label.startswith("list[")
+    label = label.removeprefix("list[").removesuffix("]")
+    if "|" in label:
+        return f"[{label}]" + ("..." if many else "")
+    label = _METAVARS.get(label, label.upper())
+    return (label + "...") if many and label else (label or None)
+
+
+def _argument_usage(self: typer.core.TyperArgument) -> str:
+    name = (self.metavar or self.name or "").upper()
+    return (name if self.required else f"[{name}]") + ("..." if self.nargs != 1 else "")
+
+
+# Typer 0.2x renders every parameter's Python type in `--help` (`<bool>` beside each flag,
+# `<list[str]>`, `{query}` in the usage line): the help shows the conventional metavars
+# instead (tests/test_cli_help.py fails if a Typer upgrade brings the annotations back).
+typer.core.TyperOption.display_type_rich = _option_type  # type: ignore[method-assign]
+typer.core.TyperArgument.display_type_rich = (  # type: ignore[method-assign]
+    lambda self, ctx: None)
+typer.core.TyperArgument._usage_display_name = _argument_usage  # type: ignore[method-assign]
+
+_GLOBAL_OPTIONS = {"--data-dir": "--data-dir DIR", "--tenant": "--tenant T",
+                   "--verbose": "--verbose", "-v": "-v"}
+
+
+class _RootGroup(typer.core.TyperGroup):
+    """The root group: a global option given after the command (``mnemovault list --tenant
+    t1``) is refused with where it goes, not only "No such option"."""
+
+    def invoke(self, ctx: Any) -> Any:
+        from typer._click.exceptions import NoSuchOption
+
+        try:
+            return super().invoke(ctx)
+        except NoSuchOption as exc:
+            given = _GLOBAL_OPTIONS.get(exc.option_name)
+            if given is not None and exc.ctx is not None:
+                prog = exc.ctx.find_root().command_path
+                rest = exc.ctx.command_path[len(prog):].strip()
+                exc.message = (f"No such option: {exc.option_name} here. {exc.option_name} "
+                               "is a global option: it goes before the command, as in "
+                               f"`{prog} {given} {rest}`")
+                exc.possibilities = None
+            raise
+
+
+# markdown: help text reflows (a docstring's line breaks are not the terminal's) and
+# ``code`` renders as code rather than as literal backticks
 app = typer.Typer(help="mnemovault: governed long-term memory for AI agents.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode="markdown", cls=_RootGroup)
 
 
 def _print_version(value: bool) -> None:

@@ -27,13 +27,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from mnemovault.cli._remote import EXIT_CODES
+from mnemovault.cli._remote import EXIT_CODES, stdout_console
 from mnemovault.config import Settings
 from mnemovault.errors import ConfigError, MnemoError, NotFound, Unavailable, ValidationError
 from mnemovault.validation import _ISO_8601, TIME_RULE
 
-out = Console()
+out = stdout_console()
 err = Console(stderr=True)
+
+# every command's --json says the same
+JSON_HELP = "Print JSON on stdout (progress and errors go to stderr)."
 
 
 # an ISO 8601 time but for a year of five or more digits (year 10000): out of range, which

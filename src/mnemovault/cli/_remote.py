@@ -245,6 +245,18 @@ def run(argv: list[str]) -> int | None:
                        "done is unknown: check with `mnemovault list`"})
 
 
+def stdout_console() -> Any:
+    """The console commands print their results on. Piped or redirected output is not
+    wrapped at 80 columns (an id or a value split over two lines cannot be read back by a
+    script): without a terminal (and without ``COLUMNS``) lines are as long as they need."""
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console.width = 1 << 16
+    return console
+
+
 def _error(body: dict[str, Any]) -> int:
     from rich.console import Console
     from rich.text import Text
@@ -287,11 +299,10 @@ def _list(sock: Path, tenant: str, o: dict[str, Any]) -> int:
     if o.get("json"):
         _emit_json(page)
         return 0
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    out = Console()
+    out = stdout_console()
     table = Table()
     for col in ("id", "scope", "type", "content"):
         table.add_column(col, overflow="fold")
@@ -324,11 +335,10 @@ def _recall(sock: Path, tenant: str, o: dict[str, Any]) -> int:
 
 def print_hits(hits: list[dict[str, Any]]) -> None:
     """Recall hits (as JSON) as the local ``recall`` prints them; no hits: a sentence."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    out = Console()
+    out = stdout_console()
     if not hits:
         out.print("no memory matches (nothing to show)", highlight=False)
         return
@@ -373,9 +383,8 @@ def _remember(sock: Path, tenant: str, o: dict[str, Any], glob: dict[str, Any]) 
     if o.get("json"):
         _emit_json(r)
         return 0
-    from rich.console import Console
 
-    out = Console()
+    out = stdout_console()
     extra = f", supersedes {r['superseded']}" if r.get("superseded") else ""
     out.print(f"remembered [bold]{r['id']}[/] (version {r['version']}{extra})")
     if r.get("status") == "superseded":

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
 import typer
 from rich.text import Text
 
-from mnemovault.cli._common import _emit_json, _fail, _state, _vault, err, out
+from mnemovault.cli._common import JSON_HELP, _emit_json, _fail, _state, _vault, err, out
 from mnemovault.errors import MnemoError, ValidationError
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def audit_verify(
         help="Fail when rows follow the checkpoint's size (default: a warning).")] = False,
     allow_partial: Annotated[bool, typer.Option(
         help="Accept an export that does not start at seq 1.")] = False,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Check every link and row hash (and, with a checkpoint, truncation and rewrites).
     Prints the first failing line and why. Exit 0 valid, 1 verification failed, 2 bad
@@ -156,7 +156,7 @@ def audit_export(
 def audit_checkpoint(
     ctx: typer.Context,
     sign: Annotated[bool, typer.Option(help="Sign one at the current size first.")] = False,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Print the latest signed checkpoint (save it: it catches later truncation)."""
     try:

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mnemovault.cli._common import _emit_json, _fail, _vault, err
+from mnemovault.cli._common import JSON_HELP, _emit_json, _fail, _vault, err
 from mnemovault.errors import MnemoError
 
 
@@ -28,7 +28,7 @@ def chat(
     k: Annotated[int | None, typer.Option("-k", help="Records to retrieve (1-20).")] = None,
     reveal: Annotated[bool, typer.Option(help="Show personal values (audited).")] = False,
     store: Annotated[bool, typer.Option(help="Store the exchange as an episode.")] = True,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Chat with memory: the answer streams to stdout."""
     try:

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from mnemovault.cli._common import (
+    JSON_HELP,
     _emit_json,
     _fail,
     _require_database,
@@ -24,7 +25,7 @@ db_app = typer.Typer(help="Database administration.", no_args_is_help=True)
 
 @db_app.command("upgrade")
 def db_upgrade(ctx: typer.Context,
-               as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+               as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False) -> None:
     """Create or migrate the schema to the latest revision."""
     from mnemovault.embed import make_embedder
     from mnemovault.store.db import Database
@@ -47,7 +48,7 @@ def db_upgrade(ctx: typer.Context,
 
 @db_app.command("info")
 def db_info(ctx: typer.Context,
-            as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+            as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False) -> None:
     """Show the schema revision, the erasure ledger (where it is; what this start found and
     re-erased, and the latest re-erase per tenant) and the topology: plain PostgreSQL, or
     the Citus nodes, the distributed tables (shard count, co-location) and the reference
@@ -134,7 +135,7 @@ def db_add_node(
         wait: Annotated[bool, typer.Option(
             "--wait/--no-wait", help="wait for the rebalance, showing its progress")] = False,
         mode: Annotated[str, typer.Option("--mode", help=_MODE_HELP)] = "auto",
-        as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+        as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False) -> None:
     """Add a Citus worker: prepare it (extensions, roles, the schema's owner and grants,
     the tenant signing key), add it (citus_add_node), check every worker, and start the
     rebalance (a background job; --wait follows it to the end)."""
@@ -170,7 +171,7 @@ def db_add_node(
 def db_remove_node(
         ctx: typer.Context, host: str, port: int,
         mode: Annotated[str, typer.Option("--mode", help=_MODE_HELP)] = "auto",
-        as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+        as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False) -> None:
     """Remove a Citus worker: no new shards there, move its shards to the other workers
     (waits, showing progress), then citus_remove_node."""
     from mnemovault.store import citus_nodes
@@ -193,7 +194,7 @@ def db_remove_node(
 def db_rebalance_status(
         ctx: typer.Context, job_id: int,
         wait: Annotated[bool, typer.Option("--wait/--no-wait")] = False,
-        as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+        as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False) -> None:
     """Show (or --wait for) a rebalance job started by add-node."""
     from mnemovault.store import citus_nodes
 
@@ -243,7 +244,7 @@ def _print_ledger(led: dict[str, Any]) -> None:
 
 @db_app.command("seal")
 def db_seal(ctx: typer.Context, batch: Annotated[int, typer.Option(min=1, max=10000)] = 500,
-            as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+            as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False) -> None:
     """Seal the records written before content encryption (issue 21: memories' content,
     keys and provenance, procedures' texts, runs' provenance) under their owners' content
     keys, in place, in committed batches (resumable: run it again after an interruption),
@@ -290,7 +291,8 @@ def db_seal(ctx: typer.Context, batch: Annotated[int, typer.Option(min=1, max=10
 def db_reindex_terms(ctx: typer.Context,
                      batch: Annotated[int, typer.Option(min=1, max=10_000,
                                                         help="rows per transaction")] = 500,
-                     as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+                     as_json: Annotated[bool, typer.Option(
+                         "--json", help=JSON_HELP)] = False) -> None:
     """Rewrite the lexical terms of memories stored before migration 0014 (plain lexemes)
     as keyed hashes, in committed batches (resumable: run it again after a stop). Every
     start does the same before serving; this shows a progress bar."""

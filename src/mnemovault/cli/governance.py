@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mnemovault.cli._common import _emit_json, _fail, _not_found, _vault, err, out
+from mnemovault.cli._common import JSON_HELP, _emit_json, _fail, _not_found, _vault, err, out
 from mnemovault.errors import MnemoError, ValidationError
 
 
@@ -52,7 +52,7 @@ def forget(
         = False,
     scope: Annotated[str | None, typer.Option(help="Only this scope (required with a query; "
                                               "default 'default' then).")] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Forget memories with their versions, derived facts, graph and unused vault values."""
     try:
@@ -128,7 +128,7 @@ def pin(
     ctx: typer.Context,
     ids: Annotated[list[str], typer.Argument(help="Memory ids.")],
     scope: Annotated[str | None, typer.Option(help="Only this scope.")] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Pin memories: retention never archives or deletes them."""
     _pin(ctx, ids, scope, as_json, True)
@@ -138,7 +138,7 @@ def unpin(
     ctx: typer.Context,
     ids: Annotated[list[str], typer.Argument(help="Memory ids.")],
     scope: Annotated[str | None, typer.Option(help="Only this scope.")] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Unpin memories: back to normal retention."""
     _pin(ctx, ids, scope, as_json, False)
@@ -150,7 +150,7 @@ def retention_run(
                                           "change nothing.")] = False,
     all_tenants: Annotated[bool, typer.Option("--all-tenants", help="Every tenant, not only "
                                               "--tenant.")] = False,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Run the retention job: archive low-scoring unpinned memories (and forget unused ones
     when MNEMOVAULT_RETENTION_DELETE_UNUSED_DAYS is set). Schedule it with cron."""

@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from mnemovault.cli._common import _emit_json, _fail, _hint, _state, _vault, err, out
+from mnemovault.cli._common import JSON_HELP, _emit_json, _fail, _hint, _state, _vault, err, out
 from mnemovault.errors import MnemoError
 
 keys_app = typer.Typer(help="API keys.", no_args_is_help=True)
@@ -42,7 +42,7 @@ def keys_create(
         help="Limit the key to this subject.")] = None,
     permission: Annotated[list[str] | None, typer.Option(
         "--permission", help="Narrow the role's permissions to these (repeatable).")] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Create an API key. The token is printed once and never stored. A key limited to a
     scope or subject sees only what lies within it, and holds no tenant-wide permission."""
@@ -74,7 +74,7 @@ def keys_list(
     limit: Annotated[int, typer.Option(help="Page size (1-100).")] = 100,
     cursor: Annotated[str | None, typer.Option(
         help="Last key id of the previous page.")] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """List the tenant's API keys, oldest first, revoked ones included: metadata only
     (never a token or its hash)."""
@@ -109,7 +109,7 @@ def keys_revoke(
     ctx: typer.Context,
     key_id: Annotated[str, typer.Argument(help="The key's id (see keys list).")],
     tenant: TenantOption = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Revoke an API key: every later request with it is refused (401). Revoking a
     revoked key changes nothing. Exit 3 if the tenant has no such key. As the local
@@ -138,7 +138,7 @@ def kek_rotate(
     ctx: typer.Context,
     retire: Annotated[bool, typer.Option(
         help="Destroy the old KEK versions after rewrapping (irreversible).")] = False,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Rewrap every data key under a new KEK version (ciphertexts are not touched)."""
     try:

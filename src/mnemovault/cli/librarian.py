@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from mnemovault.cli._common import _emit_json, _fail, _vault, err, out
+from mnemovault.cli._common import JSON_HELP, _emit_json, _fail, _vault, err, out
 from mnemovault.errors import Conflict, MnemoError
 
 librarian_app = typer.Typer(help="The librarian: consolidate episodes into facts.",
@@ -30,7 +30,7 @@ def librarian_run(
     scope: Annotated[str | None, typer.Option(help="Only this scope.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan and report; write "
                                           "nothing.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Run the librarian over the tenant (every scope, or --scope)."""
     try:

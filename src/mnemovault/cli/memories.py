@@ -11,6 +11,7 @@ from rich.text import Text
 
 from mnemovault.cli._common import (
     EXIT_CODES,
+    JSON_HELP,
     _confirm,
     _declined,
     _emit_json,
@@ -40,7 +41,7 @@ def remember(
     valid_from: Annotated[str | None, typer.Option(
         "--valid-from", help="When it became true (ISO 8601; default now): a keyed "
         "version's place on its key's timeline.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Remember one memory."""
     entities = []
@@ -83,7 +84,7 @@ def recall(
     = False,
     as_of: Annotated[str | None, typer.Option(
         "--as-of", help="What was true at this time (ISO 8601) instead of now.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Recall the memories that best match a query (now, or --as-of a past time)."""
     try:
@@ -106,7 +107,7 @@ def list_cmd(
     cursor: Annotated[str | None, typer.Option(help="Last id of the previous page.")] = None,
     flagged: Annotated[bool, typer.Option(
         "--flagged", metavar="", help="Only memories the injection sanitiser flagged.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """List memories, oldest first, one page at a time."""
     try:
@@ -133,7 +134,7 @@ def delete(
     ids: Annotated[list[str], typer.Argument(help="Memory ids to forget.")],
     yes: Annotated[bool, typer.Option("--yes", "-y", metavar="",
                                             help="Do not ask for confirmation.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Forget memories by id (all their versions too), after a preview.
 
@@ -181,7 +182,7 @@ def import_cmd(
         "--all-or-nothing", metavar="",
         help="One transaction for the whole file: any refused record stores nothing.")]
         = False,
-    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Import a conversation file: every record (or LoCoMo turn) becomes an episode.
 
@@ -235,7 +236,7 @@ def flagged_cmd(
     scope: Annotated[str | None, typer.Option(help="Only this scope.")] = None,
     limit: Annotated[int, typer.Option(help="Page size (1-100).")] = 20,
     cursor: Annotated[str | None, typer.Option(help="Last id of the previous page.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """List the memories the injection sanitiser flagged (imported or tool-supplied text
     with phrasing aimed at a model), for a person to review: ``list --flagged``."""

@@ -15,7 +15,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from mnemovault.cli._common import _emit_json, _fail, _not_found, _vault, err, out
+from mnemovault.cli._common import JSON_HELP, _emit_json, _fail, _not_found, _vault, err, out
 from mnemovault.errors import MnemoError
 
 pii_app = typer.Typer(help="The PII vault: entries, shredding, export.", no_args_is_help=True)
@@ -25,7 +25,7 @@ pii_app = typer.Typer(help="The PII vault: entries, shredding, export.", no_args
 def vault_list(ctx: typer.Context,
                limit: Annotated[int, typer.Option(help="Page size (1-100).")] = 50,
                cursor: Annotated[str | None, typer.Option(help="Last placeholder seen.")] = None,
-               as_json: Annotated[bool, typer.Option("--json", metavar="")] = False) -> None:
+               as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False) -> None:
     """List vault entries (metadata only, never values)."""
     try:
         with _vault(ctx, create=False) as vault:
@@ -48,7 +48,7 @@ def vault_list(ctx: typer.Context,
 @pii_app.command("shred")
 def vault_shred(ctx: typer.Context,
                 placeholders: Annotated[list[str], typer.Argument(help="Placeholders.")],
-                as_json: Annotated[bool, typer.Option("--json", metavar="")] = False) -> None:
+                as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False) -> None:
     r"""Crypto-shred values: every record using them shows \[erased] from now on."""
     try:
         with _vault(ctx, create=False) as vault:
@@ -92,7 +92,7 @@ def pii_watch(ctx: typer.Context,
                                                  help="Records per transaction.")] = 200,
               settle_seconds: Annotated[float | None, typer.Option(
                   min=0, help="Override MNEMOVAULT_PII_WATCH_SETTLE_SECONDS.")] = None,
-              as_json: Annotated[bool, typer.Option("--json", metavar="")] = False) -> None:
+              as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False) -> None:
     """Rewrite records stored before a value they hold became known (a name passed as an
     entity today, in plain text last month) with its placeholder; re-embedded, re-indexed,
     audited. Incremental: only values not covered by an earlier run are looked for."""

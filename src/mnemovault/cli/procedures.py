@@ -25,13 +25,13 @@ from typing import Annotated, Any
 
 import typer
 
-from mnemovault.cli._common import _emit_json, _fail, _vault, out
+from mnemovault.cli._common import JSON_HELP, _emit_json, _fail, _vault, out
 from mnemovault.errors import MnemoError, ValidationError
 
 group = typer.Typer(help="Procedural memory: capture, recall, runs, feedback, prune.",
                     no_args_is_help=True)
 
-Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+Json = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 
 
 def _steps(value: str) -> Any:

@@ -21,14 +21,14 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from mnemovault.cli._common import _emit_json, _fail, _vault, err, out
+from mnemovault.cli._common import JSON_HELP, _emit_json, _fail, _vault, err, out
 from mnemovault.errors import MnemoError
 
 review_app = typer.Typer(help="The review queue: approve or reject held memories.",
                          no_args_is_help=True)
 
 Comment = Annotated[str | None, typer.Option(help="A note for the audit row.")]
-AsJson = Annotated[bool, typer.Option("--json", metavar="", help="Print JSON.")]
+AsJson = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 
 
 @review_app.command("list")

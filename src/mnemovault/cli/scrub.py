@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from mnemovault.cli._common import EXIT_CODES, _emit_json, _fail, _vault, err, out
+from mnemovault.cli._common import EXIT_CODES, JSON_HELP, _emit_json, _fail, _vault, err, out
 from mnemovault.errors import MnemoError
 
 
@@ -44,7 +44,7 @@ def scrub(
         min=0.001, help="Seconds to wait for each table's lock.")] = 30.0,
     wait: Annotated[float, typer.Option(
         min=0.0, help="Seconds to wait for older transactions to end.")] = 30.0,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Make erasures physical: rewrite the tables (VACUUM FULL: heap, TOAST, every index),
     clear and rebuild planner statistics, turn wal_recycle off and retire every old WAL

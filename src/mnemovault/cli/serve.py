@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 
 from mnemovault.cli._common import (
+    JSON_HELP,
     _emit_json,
     _fail,
     _import,
@@ -135,7 +136,7 @@ def next_steps(settings: Settings, example: str) -> list[tuple[str, str]]:
 
 
 def demo(ctx: typer.Context,
-         as_json: Annotated[bool, typer.Option("--json", metavar="")] = False) -> None:
+         as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False) -> None:
     """Import the example conversation into tenant 'demo', recall from it, show next steps."""
     state = _state(ctx)
     state.settings = state.settings.model_copy(update={"tenant": "demo"})

@@ -19,7 +19,16 @@ from typing import Annotated, Any
 
 import typer
 
-from mnemovault.cli._common import _emit_json, _fail, _log_config, _state, _vault, err, out
+from mnemovault.cli._common import (
+    JSON_HELP,
+    _emit_json,
+    _fail,
+    _log_config,
+    _state,
+    _vault,
+    err,
+    out,
+)
 from mnemovault.cli._remote import NoServer, request, server_file, socket_path
 from mnemovault.config import Settings
 from mnemovault.errors import MnemoError, Unavailable
@@ -70,7 +79,7 @@ def start(
     ctx: typer.Context,
     wait: Annotated[float, typer.Option(
         help="Seconds to wait for the server to answer (it loads the model first).")] = 300.0,
-    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Start a server in the background for this data dir (or DATABASE_URL); CLI commands
     then talk to it. Already running: says so (exit 0). Exit 6 if it does not come up."""
@@ -120,7 +129,7 @@ def start(
 
 @server_app.command()
 def status(ctx: typer.Context,
-           as_json: Annotated[bool, typer.Option("--json", metavar="")] = False) -> None:
+           as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False) -> None:
     """Whether a server runs for this data dir (or DATABASE_URL): exit 0 if so, 6 if not."""
     settings = _state(ctx).settings
     sock = _socket(settings)

@@ -23,6 +23,7 @@ from typing import Annotated, Any
 import typer
 
 from mnemovault.cli._common import (
+    JSON_HELP,
     _declined,
     _emit_json,
     _fail,
@@ -37,7 +38,7 @@ from mnemovault.errors import MnemoError
 receipt_app = typer.Typer(help="Erasure receipts.", no_args_is_help=True)
 ledger_app = typer.Typer(help="The erasure ledger.", no_args_is_help=True)
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+JsonOption = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 
 
 def _typed(prompt: str, expected: str) -> bool:

@@ -16,6 +16,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from mnemovault.cli._common import (
+    JSON_HELP,
     _declined,
     _emit_json,
     _fail,
@@ -32,7 +33,7 @@ tenant_app = typer.Typer(help="Tenant export and deletion.", no_args_is_help=Tru
 TenantArg = Annotated[str, typer.Argument(help="Tenant id.")]
 ConfirmOption = Annotated[str | None, typer.Option(
     help="The typed confirmation, DELETE-<tenant> (asked for when not given).")]
-JsonOption = Annotated[bool, typer.Option("--json", metavar="", help="Print JSON on stdout.")]
+JsonOption = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 
 
 def _confirmation(tenant: str, confirm: str | None, what: str) -> str:

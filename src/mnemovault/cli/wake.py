@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from mnemovault.cli._common import _emit_json, _fail, _plural, _timestamp, _vault, out
+from mnemovault.cli._common import JSON_HELP, _emit_json, _fail, _plural, _timestamp, _vault, out
 from mnemovault.errors import MnemoError
 
 
@@ -18,7 +18,7 @@ def wake(
     = None,
     budget: Annotated[int, typer.Option(help="Token budget (100-32000; tokens ~ chars/4).")]
     = 1000,
-    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Print the waking state: pinned records, the most used facts and the most recent
     records, fenced as data (never instructions), within a token budget."""
@@ -51,7 +51,7 @@ def timeline(
     limit: Annotated[int, typer.Option(help="Page size (1-100).")] = 50,
     cursor: Annotated[str | None, typer.Option(help="next_cursor of the previous page.")]
     = None,
-    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """List memories oldest first by creation time (archived ones included)."""
     try:

@@ -8,8 +8,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from mnemovault.embed.base import Vectors, normalise
 from mnemovault.errors import ConfigError
 
@@ -101,6 +99,8 @@ class LocalEmbedder:
         return int(getter())
 
     def embed(self, texts: list[str]) -> Vectors:
+        import numpy as np  # here: opening a vault (``list``) needs no numpy
+
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         st = self._load()
