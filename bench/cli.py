@@ -3,8 +3,9 @@
 Each command is a fresh process (``python -m mnemovault.cli …``, what the console script
 runs). Reported: the median (and min, max) of ``--repeat`` runs (default 5) of ``--help``,
 ``list``, ``recall`` and ``remember``, without a server and with ``mnemovault server start``
-running for the same data dir, each also as a ratio against ``python -c pass`` measured in
-the same run (the baseline: interpreter start on this machine now); and ``import`` of the
+running for the same data dir, each also as a ratio against ``python -c pass`` (the baseline:
+interpreter start on this machine now, run once before each run of the command, so the
+ratio follows the machine's load); and ``import`` of the
 demo conversation (18 records) without a server, with the model load reported apart
 (``model_seconds``) from the import's own time.
 
@@ -51,17 +52,23 @@ def _run(args: list[str], env: dict[str, str]) -> tuple[float, subprocess.Comple
 
 def _timed(name: str, args: list[str], env: dict[str, str], repeat: int,
            baseline: float | None) -> dict[str, Any]:
-    times = []
+    """The command's median of ``repeat`` runs, each run right after one ``python -c pass``
+    (the ratio is against the baseline's median in the same window: a shared machine's load
+    changes by the minute, and a baseline measured once at the start does not follow it)."""
+    times, base = [], []
     for _ in range(repeat):
+        base.append(_run([sys.executable, "-c", "pass"], env)[0])
         seconds, res = _run(args, env)
         if res.returncode != 0:
             raise SystemExit(f"{name}: exit {res.returncode}: {res.stderr[-2000:]}")
         times.append(seconds)
     median = statistics.median(times)
+    window = statistics.median(base)
     row = {"command": name, "runs": repeat, "median_s": round(median, 4),
-           "min_s": round(min(times), 4), "max_s": round(max(times), 4)}
-    if baseline:
-        row["ratio_to_python"] = round(median / baseline, 1)
+           "min_s": round(min(times), 4), "max_s": round(max(times), 4),
+           "python_pass_median_s": round(window, 4),
+           "ratio_to_python": round(median / window, 1) if window else None,
+           "ratio_to_start_baseline": round(median / baseline, 1) if baseline else None}
     progress(json.dumps(row))
     return row
 

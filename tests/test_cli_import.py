@@ -268,7 +268,11 @@ def test_the_demo_file_imported_twice_with_force_scope_is_stored_once(
         assert first.exit_code == 0, first.output
         assert json.loads(first.stdout)["imported"] == 18
         second = _cli(data_dir, tenant, "import", str(path), "--force-scope", "me", "--json")
+        third = _cli(data_dir, tenant, "import", str(path), "--force-scope", "me")
     assert second.exit_code == 0, second.output
+    said = " ".join(third.stdout.split())
+    assert third.exit_code == 0 and "imported nothing new" in said, third.output
+    assert "skipped 18 records stored already" in said and "0.0/s" not in said, said
     again = json.loads(second.stdout)
     assert (again["imported"], again["already_stored"]) == (0, 18)
     page = vault.list(scope="me", limit=100, principal=vault.principal(tenant))

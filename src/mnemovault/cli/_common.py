@@ -282,7 +282,6 @@ def _import(vault: Any, plan: Any, path: Path, *, batch_size: int, quiet: bool,
     ``failed_at`` (1-based record numbers of the file)."""
     from mnemovault.errors import Refused
 
-    model_seconds = _load_model(vault, quiet=quiet)
     started = time.perf_counter()
     todo: list[tuple[str, Any, int]] = []  # (where, item, 1-based record number)
     already = 0
@@ -298,6 +297,10 @@ def _import(vault: Any, plan: Any, path: Path, *, batch_size: int, quiet: bool,
                 continue
             seen.add(sid)
         todo.append((where, item, n))
+    # the model only when something is left to embed (an import run again loads nothing),
+    # and outside the import's own time
+    model_seconds = _load_model(vault, quiet=quiet) if todo else 0.0
+    started += model_seconds
     refused: list[dict[str, Any]] = []
     scopes: dict[str, int] = {}
     committed = 0

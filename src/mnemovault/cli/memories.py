@@ -214,11 +214,14 @@ def import_cmd(
 
 def _print_import(summary: dict[str, Any]) -> None:
     n = summary["imported"]
-    scopes = ", ".join(f"{s} ({c})" for s, c in summary["scopes"].items()) or "no scope"
-    where = "scope" if len(summary["scopes"]) == 1 else "scopes"
-    out.print(f"imported [bold]{n}[/] {'memory' if n == 1 else 'memories'} into {where} ",
-              Text(scopes), f" in {summary['seconds']} s ({summary['per_second']}/s)",
-              sep="", highlight=False, soft_wrap=True)
+    if n:
+        scopes = ", ".join(f"{s} ({c})" for s, c in summary["scopes"].items())
+        where = "scope" if len(summary["scopes"]) == 1 else "scopes"
+        out.print(f"imported [bold]{n}[/] {'memory' if n == 1 else 'memories'} into {where} ",
+                  Text(scopes), f" in {summary['seconds']} s ({summary['per_second']}/s)",
+                  sep="", highlight=False, soft_wrap=True)
+    else:
+        out.print("imported nothing new", highlight=False)
     if summary["already_stored"]:
         out.print(f"skipped {_plural(summary['already_stored'], 'record', 'records')} "
                   "stored already (same source_id in the same scope)", highlight=False)
