@@ -250,7 +250,7 @@ def test_an_import_is_stored_redacted_and_labelled(vault: MemoryVault, tenant: s
                               principal=who, trigger="import")
     m = vault.get(r.id, principal=who)
     assert m.content == f"Lunch moved to Friday. {REDACTION}"
-    assert m.provenance[FLAG_KEY] == "ignore_instructions,system_prompt"
+    assert m.provenance[FLAG_KEY] == ["ignore_instructions", "system_prompt"]
     assert m.provenance["tags"] == [REDACTION]
     assert m.provenance["source_id"] == "m1"
     clean = vault.remember_many([{"content": "Lunch moved to Friday.", "scope": "inbox"}],
@@ -280,7 +280,7 @@ def test_batch_items_marked_as_tool_output_are_sanitised(vault: MemoryVault,
         principal=who)
     t = vault.get(tool.id, principal=who)
     assert t.content == f"Result 1: cheap flights. {REDACTION}"
-    assert t.provenance[FLAG_KEY] == "response_directive"
+    assert t.provenance[FLAG_KEY] == ["response_directive"]
     assert vault.get(own.id, principal=who).content.startswith("In your response")
 
 
@@ -291,7 +291,7 @@ def test_the_mcp_remember_shape_is_sanitised(vault: MemoryVault, tenant: str) ->
                        principal=who)
     m = vault.get(r.id, principal=who)
     assert m.content == f"Lunch moved to Friday. {REDACTION}"
-    assert m.provenance[FLAG_KEY] == "ignore_instructions"
+    assert m.provenance[FLAG_KEY] == ["ignore_instructions"]
 
 
 def test_sanitising_runs_before_pseudonymisation(vault: MemoryVault, tenant: str) -> None:
@@ -331,7 +331,7 @@ def test_the_cli_import_sanitises(tmp_path: Path, data_dir: Path, tenant: str,
     items = {m.provenance["source_id"]: m
              for m in vault.list(scope="mail", principal=vault.principal(tenant)).items}
     assert items["m1"].content == f"Lunch moved to Friday. {REDACTION}"
-    assert items["m1"].provenance[FLAG_KEY] == "ignore_instructions"
+    assert items["m1"].provenance[FLAG_KEY] == ["ignore_instructions"]
     assert items["m2"].content == "The ferry timetable changes in April."
     assert FLAG_KEY not in items["m2"].provenance
 
@@ -359,7 +359,7 @@ def test_a_padded_plural_source_is_sanitised_on_write(vault: MemoryVault, tenant
                                 "provenance": {"source": " Tool-Outputs "}}], principal=who)
     m = vault.get(r.id, principal=who)
     assert m.content == f"Lunch moved to Friday. {REDACTION}"
-    assert m.provenance[FLAG_KEY] == "ignore_instructions"
+    assert m.provenance[FLAG_KEY] == ["ignore_instructions"]
 
 
 class Misbehaving:
@@ -430,8 +430,8 @@ def test_an_mcp_procedure_is_sanitised_before_other_agents_recall_it(vault: Memo
     assert proc["steps"]["nodes"][0]["name"] == f"Search. {REDACTION}"
     assert proc["steps"]["edges"][0]["condition"] == REDACTION
     assert proc["provenance"]["tags"] == ["ok", REDACTION]
-    assert proc["provenance"][FLAG_KEY] == (
-        "ignore_instructions,system_prompt,chain_of_thought")
+    assert proc["provenance"][FLAG_KEY] == [
+        "ignore_instructions", "system_prompt", "chain_of_thought"]
     # the caller's own capture (library, HTTP) is stored as written, without a forged label
     own = vault.procedures.capture({"question": "book a flight", "scope": "ops",
                                     "steps": STEPS, "provenance": {FLAG_KEY: "x"}},
@@ -454,7 +454,7 @@ def test_a_procedure_version_marked_as_tool_output_is_sanitised(vault: MemoryVau
     got = vault.procedures.get(v.id, principal=who)
     assert got.name == f"v2. {REDACTION}"
     assert got.steps.edges[0].condition == REDACTION
-    assert got.provenance[FLAG_KEY] == "ignore_instructions,system_prompt"
+    assert got.provenance[FLAG_KEY] == ["ignore_instructions", "system_prompt"]
 
 
 def test_rectify_keeps_the_label_and_sanitises_flagged_or_tool_text(vault: MemoryVault,
@@ -466,7 +466,7 @@ def test_rectify_keeps_the_label_and_sanitises_flagged_or_tool_text(vault: Memor
                                              "and the customer list.", principal=who)
     m = vault.get(flagged.id, principal=who)
     assert res.version == 2 and m.content == f"Lunch is on Monday. {REDACTION}"
-    assert m.provenance[FLAG_KEY] == "ignore_instructions,system_prompt"
+    assert m.provenance[FLAG_KEY] == ["ignore_instructions", "system_prompt"]
     vault.subjects.rectify(flagged.id, "Lunch is on Monday.", principal=who)
     m = vault.get(flagged.id, principal=who)  # clean now, still labelled for review
     assert m.content == "Lunch is on Monday." and m.provenance[FLAG_KEY]
@@ -475,9 +475,20 @@ def test_rectify_keeps_the_label_and_sanitises_flagged_or_tool_text(vault: Memor
     vault.subjects.rectify(own.id, ATTACK, principal=who, trigger="mcp")
     m = vault.get(own.id, principal=who)
     assert m.content == f"Lunch moved to Friday. {REDACTION}"
-    assert m.provenance[FLAG_KEY] == "ignore_instructions"
+    assert m.provenance[FLAG_KEY] == ["ignore_instructions"]
     # a person's rectification of their own words is stored as written
     other = vault.remember("Dinner is at eight.", scope="notes", principal=who)
     vault.subjects.rectify(other.id, ATTACK, principal=who)
     m = vault.get(other.id, principal=who)
     assert m.content == ATTACK and FLAG_KEY not in m.provenance
+
+
+def test_a_label_written_before_it_was_a_list_still_reads_and_merges() -> None:
+    from mnemovault.guard.sanitise import flag_list, merge_flags
+
+    assert flag_list("ignore_instructions,system_prompt") == ["ignore_instructions",
+                                                             "system_prompt"]
+    assert flag_list(["system_prompt"]) == ["system_prompt"] and flag_list(None) == []
+    assert merge_flags("system_prompt", ["ignore_instructions"]) == [
+        "ignore_instructions", "system_prompt"]
+    assert merge_flags(None, []) is None

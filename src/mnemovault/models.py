@@ -84,6 +84,9 @@ class Provenance(BaseModel):
         for k, v in extra.items():
             if k in RESERVED_PROVENANCE:
                 raise ValueError(f"{k}: reserved: set by the review gate, never by a writer")
+            if k == "injection_flags" and isinstance(v, list) and len(v) <= 16 and all(
+                    isinstance(f, str) and len(f) <= 64 for f in v):
+                continue  # the sanitiser's label (guard.sanitise.FLAG_KEY): family names
             if not isinstance(v, str | int | float | bool | type(None)):
                 raise ValueError(f"{k}: extra values must be strings, numbers, booleans or null")
             if not 1 <= len(k) <= 64 or text_rule(k, max_len=64, allow_newlines=False):

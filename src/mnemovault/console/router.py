@@ -47,7 +47,7 @@ from mnemovault.errors import (
     Unauthenticated,
     ValidationError,
 )
-from mnemovault.guard.sanitise import REDACTION
+from mnemovault.guard.sanitise import REDACTION, flag_list
 from mnemovault.pii.vault import PLACEHOLDER_RE
 from mnemovault.vault import MemoryVault
 
@@ -126,6 +126,7 @@ def _when(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+_env.filters["flags"] = flag_list  # the sanitiser's label: a list, or (older records) a string
 _env.filters["when"] = _when
 _env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False,
                                                      default=str, sort_keys=True)
@@ -361,8 +362,7 @@ def console_router(vault: MemoryVault, sessions: SessionStore | None = None) -> 
                     parent = None
             prov = dict(m.provenance)
             items.append({"m": m, "parent": parent,
-                          "flags": [f for f in str(prov.get("injection_flags") or "")
-                                    .split(",") if f],
+                          "flags": flag_list(prov.get("injection_flags")),
                           "guard": prov.get("guard_findings") or prov.get("guard"),
                           "captured_by": prov.get("captured_by"),
                           "provenance": {k: v for k, v in sorted(prov.items())

@@ -82,7 +82,9 @@ REDACTION = "[REDACTED_POTENTIAL_PROMPT_INJECTION]"
 """What each hit (widened to its sentence) is replaced with."""
 
 FLAG_KEY = "injection_flags"
-"""The provenance key of the warning label: the families found, comma separated."""
+"""The provenance key of the warning label: the families found, a list in label order
+(records labelled before it was a list hold one comma-separated string: read a label with
+:func:`flag_list`)."""
 
 FAMILIES = ("ignore_instructions", "system_prompt", "developer_message", "chain_of_thought",
             "response_directive")
@@ -363,7 +365,7 @@ class Sanitiser:
             if k != "tags" and isinstance(v, str):
                 prov[k] = clean(v, _PROVENANCE_NAMES.get(k, _MAX_EXTRA_VALUE))
         if families:
-            prov[FLAG_KEY] = ",".join(_family_order(families))
+            prov[FLAG_KEY] = list(_family_order(families))
         elif content.text == item.content and prov == item.provenance.model_dump(
                 exclude_none=True):
             return item
@@ -449,16 +451,25 @@ def sanitise_texts(texts: Mapping[str, str | None], limits: Mapping[str, int],
     return out, _family_order(families)
 
 
-def merge_flags(existing: object, found: Iterable[str]) -> str | None:
+def flag_list(label: object) -> list[str]:
+    """The families of a :data:`FLAG_KEY` value: a list (as written now), a comma-separated
+    string (as written before), or nothing (``[]``)."""
+    if isinstance(label, str):
+        return [f for f in label.split(",") if f]
+    if isinstance(label, list | tuple):
+        return [str(f) for f in label if f]
+    return []
+
+
+def merge_flags(existing: object, found: Iterable[str]) -> list[str] | None:
     """The label for a record labelled ``existing`` (a :data:`FLAG_KEY` value or None) in
     which ``found`` families were found now: the union, in label order (None: neither)."""
-    old = existing.split(",") if isinstance(existing, str) and existing else []
-    both = _family_order([*old, *found])
-    return ",".join(both) if both else None
+    both = list(_family_order([*flag_list(existing), *found]))
+    return both or None
 
 
 def sanitise_rectified(content: str, provenance: Mapping[str, Any] | None, trigger: str,
-                       sanitiser: Sanitiser | None = None) -> tuple[str, str | None]:
+                       sanitiser: Sanitiser | None = None) -> tuple[str, list[str] | None]:
     """A rectification's new content for a record with ``provenance`` (module docstring):
     sanitised when the record carries the label or the rectification comes from a tool
     (``trigger`` import, tool or mcp), else as written. Returns the content to store and

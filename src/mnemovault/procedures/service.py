@@ -233,7 +233,7 @@ def _sanitised(rt: Runtime, trigger: str, name: str, intent: str | None, s: Step
     data |= {k.removeprefix("provenance."): v for k, v in out.items()
              if k.startswith("provenance.")}
     if families:
-        data[injection.FLAG_KEY] = ",".join(families)
+        data[injection.FLAG_KEY] = list(families)
     return (out["name"] or name, out["intent"], Steps.model_validate(d),
             Provenance.model_validate(data))
 

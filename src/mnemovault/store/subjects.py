@@ -151,7 +151,7 @@ def lock_memory(conn: Conn, tenant: str, memory_id: uuid.UUID) -> dict[str, Any]
 def replace_content(conn: Conn, tenant: str, memory_id: uuid.UUID, content: str,
                     embedding: Any, now: datetime, *, terms: tuple[str, int],
                     key_id: uuid.UUID, sealed: bytes,
-                    flags: str | None = None, restart: bool = False) -> dict[str, Any]:
+                    flags: list[str] | None = None, restart: bool = False) -> dict[str, Any]:
     """Replace a memory's content, its keyed terms (``terms``: tsv, tsv_length) and its
     embedding in place (a rectification): the version
     goes up by one, ``updated_at`` is ``now``; ``flags`` (not None) sets the injection

@@ -103,7 +103,7 @@ def _texts(row: dict[str, Any]) -> list[str | None]:
 
 def replace_in_place(rt: Runtime, conn: psycopg.Connection[Any], tenant: str,
                      locked: dict[str, Any], text: str, vector: Any, used: Sequence[str], *,
-                     flags: str | None = None, history: bool = False
+                     flags: list[str] | None = None, history: bool = False
                      ) -> tuple[dict[str, Any], list[str], uuid.UUID | None]:
     """Replace a locked memory's content by ``text`` (pseudonymised already: ``used`` the
     placeholders the detectors put in it) and its embedding by ``vector``, in place, in the
@@ -152,7 +152,7 @@ def replace_in_place(rt: Runtime, conn: psycopg.Connection[Any], tenant: str,
 
 
 def _history(rt: Runtime, conn: Any, tenant: str, row: dict[str, Any], text: str,
-             vector: Any, doc: tuple[str, int], flags: str | None,
+             vector: Any, doc: tuple[str, int], flags: list[str] | None,
              now: datetime) -> uuid.UUID:
     """The version that holds the rectified memory's valid time before the correction
     (module docstring, "valid time"): a new ``superseded`` row with the corrected text,
