@@ -376,11 +376,12 @@ def drop_old_copies(url: str, *, timeout: float = 30.0, poll: float = 1.0) -> in
         with _connect(url, "the coordinator") as coord:
             try:
                 coord.execute("CALL citus_cleanup_orphaned_resources()")
-                (left,) = coord.execute("SELECT count(*) FROM pg_dist_cleanup").fetchone()
+                row = coord.execute("SELECT count(*) FROM pg_dist_cleanup").fetchone()
             except psycopg.Error:
                 return -1  # e.g. not a superuser: unknown, the daemon drops them later
+        left = int(row[0]) if row else 0
         if not left or time.monotonic() > deadline:
-            return int(left)
+            return left
         time.sleep(poll)
 
 
