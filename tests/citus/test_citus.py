@@ -75,7 +75,16 @@ def test_every_tenant_table_is_distributed_and_colocated(vault: MemoryVault) -> 
 def test_distribute_again_changes_nothing(vault: MemoryVault) -> None:
     changed = citus.distribute(vault.db.url, vault.db.app_role)
     assert changed == {"distributed": [], "reference": [], "functions": [], "policies": [],
-                       "triggers": []}
+                       "triggers": [], "replica_identity": []}
+
+
+def test_every_distributed_table_can_move_by_logical_replication(vault: MemoryVault) -> None:
+    with psycopg.connect(vault.db.url) as conn:
+        assert citus._without_replica_identity(conn) == []
+        full = {r[0] for r in conn.execute(
+            "SELECT c.relname FROM pg_class c WHERE c.relreplident = 'f' "
+            "AND c.relnamespace = 'public'::regnamespace")}
+    assert {"lexical_stat_deltas", "memory_accesses"} <= full  # no primary key: FULL
 
 
 def test_a_tenants_rows_are_all_on_one_worker(vault: MemoryVault, tenant: str) -> None:

@@ -13,6 +13,9 @@ With it, :func:`distribute` runs after the Alembic migrations (from
   ``citus.shard_count`` for the first table, the group's for the others);
 * every other table becomes a reference table (a copy on every node), except
   ``alembic_version`` (local to the coordinator) and ``mv_tenant_key`` (see below);
+* every distributed table without a primary key gets ``REPLICA IDENTITY FULL``, so Citus
+  can move its shards by logical replication (a rebalance's default mode refuses a table
+  without a replica identity, ``db add-node``);
 * the schema's own functions (``mv_current_tenant()``, the policies' check) are created on
   every node (``create_distributed_function``);
 * the triggers that migrations create on plain PostgreSQL only (each migration's
@@ -162,6 +165,21 @@ def _references(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
     return [(r[0], r[1]) for r in rows]
 
 
+def _without_replica_identity(conn: psycopg.Connection[Any]) -> list[str]:
+    """Distributed tables of the schema that logical replication could not move: no
+    primary key (nor another replica identity index) and ``REPLICA IDENTITY DEFAULT``
+    (Citus's ``RelationCanPublishAllModifications``; e.g. migration 0016's append-only
+    ``lexical_stat_deltas`` and ``memory_accesses``)."""
+    rows = conn.execute(
+        "SELECT c.relname FROM pg_dist_partition p JOIN pg_class c ON c.oid = p.logicalrelid "
+        "WHERE c.relnamespace = current_schema()::regnamespace AND p.partmethod = 'h' "
+        "AND c.relreplident <> 'f' AND NOT EXISTS (SELECT 1 FROM pg_index i "
+        "  WHERE i.indrelid = c.oid AND ((c.relreplident = 'd' AND i.indisprimary) "
+        "    OR (c.relreplident = 'i' AND i.indisreplident))) "
+        "ORDER BY c.relname").fetchall()
+    return [r[0] for r in rows]
+
+
 def _ordered(tables: list[str], refs: list[tuple[str, str]]) -> list[str]:
     """``tables`` with every referenced table before the tables that reference it (the
     anchor as early as that allows; ties by name)."""
@@ -219,7 +237,8 @@ def distribute(url: str, app_role: str) -> dict[str, Any] | None:
     and nothing done on a server without Citus.
 
     Returns what this run changed: ``{"distributed": [...], "reference": [...],
-    "functions": [...]}`` (empty lists when everything was done already).
+    "functions": [...], "policies": [...], "triggers": [...], "replica_identity": [...]}``
+    (empty lists when everything was done already).
 
     Raises:
         Unavailable: a Citus step failed (the message names the table and Citus's reason,
@@ -233,7 +252,8 @@ def distribute(url: str, app_role: str) -> dict[str, Any] | None:
         if not is_citus(conn):
             return None
         changed: dict[str, list[str]] = {"distributed": [], "reference": [], "functions": [],
-                                          "policies": [], "triggers": []}
+                                          "policies": [], "triggers": [],
+                                          "replica_identity": []}
         conn.execute("SET citus.multi_shard_modify_mode = 'sequential'")
         conn.execute("SET citus.enable_unsafe_triggers = on")  # row triggers on shards
         tables = _tables(conn)
@@ -258,6 +278,12 @@ def distribute(url: str, app_role: str) -> dict[str, Any] | None:
                  "colocate_with => %s)", (t, colocate))
             changed["distributed"].append(t)
             anchor = anchor or t
+        for t in _without_replica_identity(conn):
+            # a shard moves by logical replication (db add-node's default mode): Citus
+            # refuses a table whose deletes and updates it could not replicate
+            _run(conn, f"giving {t} a replica identity",
+                 sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(sql.Identifier(t)))
+            changed["replica_identity"].append(t)
         for t in reversed(changed["distributed"] + changed["reference"]):
             # the coordinator's pre-distribution copy is invisible now; drop its bytes
             _run(conn, f"truncating the local copy of {t}",

@@ -33,9 +33,12 @@ shard is left there. Both need a superuser on the coordinator (``citus_add_node`
 ``citus_remove_node``) and on the new node (extensions, roles).
 
 ``shard_transfer_mode``: ``auto`` (logical replication when every table has a replica
-identity, as the schema's all do: writes keep going during the copy and are blocked only
-for the final switch; needs ``wal_level = logical`` on every node), ``force_logical``,
-or ``block_writes`` (writes to the moving shards wait for the copy; reads go on).
+identity, as the schema's all do once distributed: :func:`mnemovault.store.citus.
+distribute` gives the tables without a primary key ``REPLICA IDENTITY FULL``; writes keep
+going during the copy and are blocked only for the final switch; needs ``wal_level =
+logical`` on every node), ``force_logical`` (logical even for a table without one, whose
+deletes then fail during the copy), or ``block_writes`` (writes to the moving shards wait
+for the copy; reads go on).
 """
 
 from __future__ import annotations
@@ -281,6 +284,15 @@ def start_rebalance(url: str, *, mode: str = "auto", drain_only: bool = False) -
     shard needs to move."""
     _check_mode(mode)
     with _connect(url, "the coordinator") as coord:
+        if mode != "block_writes":
+            # a schema distributed by an older mnemovault may have tables that logical
+            # replication cannot move (Citus refuses the job); the upgrade fixes them
+            missing = citus._without_replica_identity(coord)
+            if missing:
+                raise Unavailable(
+                    f"citus: {', '.join(missing)} {'has' if len(missing) == 1 else 'have'} "
+                    "no replica identity, so logical replication cannot move their shards: "
+                    "run `mnemovault db upgrade` (it sets one), or use --mode block_writes")
         rows = _step(coord, "starting the rebalance",
                      "SELECT citus_rebalance_start(drain_only => %s, "
                      "shard_transfer_mode => %s::citus.shard_transfer_mode)",
@@ -333,6 +345,7 @@ def wait_rebalance(url: str, job_id: int, *, timeout: float = 3600.0, poll: floa
             progress(status)
         last = status
         if status["state"] == "finished":
+            status["old_copies_left"] = drop_old_copies(url)
             return status
         if status["state"] in _FINAL:
             raise Unavailable(f"citus: rebalance job {job_id} {status['state']}: "
@@ -345,6 +358,30 @@ def wait_rebalance(url: str, job_id: int, *, timeout: float = 3600.0, poll: floa
             raise Unavailable(f"citus: rebalance job {job_id} still {status['state']} after "
                               f"{timeout:g} s (it goes on in the background; "
                               "`SELECT * FROM citus_rebalance_status()` follows it)")
+        time.sleep(poll)
+
+
+def drop_old_copies(url: str, *, timeout: float = 30.0, poll: float = 1.0) -> int:
+    """Drop the old copies of the shards a rebalance moved (``CALL
+    citus_cleanup_orphaned_resources()``, retried while a query still holds one, up to
+    ``timeout`` s); how many are left (Citus's maintenance daemon drops those later, every
+    ``citus.defer_shard_delete_interval``), -1 when the role may not do it.
+
+    Until then a moved shard's source copy stays on its old node with the rows it had at
+    the switch: an erase or purge after the move removes the live copy's rows, not that
+    copy's. Dropping them when the rebalance ends leaves nothing of a tenant on a node it
+    left."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with _connect(url, "the coordinator") as coord:
+            try:
+                coord.execute("CALL citus_cleanup_orphaned_resources()")
+                row = coord.execute("SELECT count(*) FROM pg_dist_cleanup").fetchone()
+            except psycopg.Error:
+                return -1  # e.g. not a superuser: unknown, the daemon drops them later
+        left = int(row[0]) if row else 0
+        if not left or time.monotonic() > deadline:
+            return left
         time.sleep(poll)
 
 
