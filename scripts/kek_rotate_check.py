@@ -424,7 +424,9 @@ def main(argv: list[str] | None = None) -> int:
             "transport_errors": sum(transport.values()), "first_errors": writer.errors[:10],
             "live_reveal_mismatches": writer.live_mismatches,
             "latency_ms_median": {k: round(1000 * sorted(v)[len(v) // 2], 1)
-                                  for k, v in sorted(writer.latencies.items())}}
+                                  for k, v in sorted(writer.latencies.items())},
+            "latency_ms_max": {k: round(1000 * max(v), 1)
+                               for k, v in sorted(writer.latencies.items())}}
         report["key_file_after"] = key_file(data_dir)
         report["reveal_after_rotation"] = reveal_all(server.base, token, written)
         progress(f"{len(written)} written ({dict(phases)}); 5xx "
