@@ -74,6 +74,7 @@ START_TIMEOUT = 300.0
 STOP_TIMEOUT = 90.0
 CLI_TIMEOUT = 600.0
 REQUEST_TIMEOUT = 60.0
+SUBJECTS = 40  # per scope: each (scope, subject) has its content key, rewrapped by a rotation
 
 
 def child_env() -> dict[str, str]:
@@ -207,7 +208,7 @@ class Writer(threading.Thread):
                 text, personal = content_for(self.i)
                 r, phase = self._call(client, "remember", "POST", "/v1/memories",
                                       json={"content": text, "scope": "s",
-                                            "subject": f"person{self.i % 7}"})
+                                            "subject": f"person{self.i % SUBJECTS}"})
                 if r is not None and r.status_code == 201:
                     with self.lock:
                         self.written.append({"id": r.json()["id"], "content": text,
@@ -236,7 +237,8 @@ def preload(base: str, token: str, n: int) -> tuple[list[dict[str, Any]], Counte
             texts = [content_for(1_000_000 + j * 4)[0]
                      for j in range(start, min(n, start + 100))]
             r = client.post("/v1/memories/batch", json={"items": [
-                {"content": t, "scope": "pre", "subject": "preloaded"} for t in texts]})
+                {"content": t, "scope": "pre", "subject": f"pre{k % SUBJECTS}"}
+                for k, t in enumerate(texts)]})
             statuses[str(r.status_code)] += 1
             if r.status_code == 201:
                 written += [{"id": rec["id"], "content": t, "phase": "preload",
