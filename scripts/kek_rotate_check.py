@@ -65,6 +65,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "src"))  # environment() reports the tree the subprocesses run
 from _common import environment, progress, wait_for_health  # noqa: E402
 from load import postgres_pids  # noqa: E402
 
