@@ -298,3 +298,42 @@ def test_an_interrupted_import_resumes_by_running_it_again(
     assert summary["model_seconds"] >= 0 and summary["seconds"] >= 0
     page = vault.list(scope="log", limit=100, principal=vault.principal(tenant))
     assert sorted(m.content for m in page.items) == sorted(r["text"] for r in records)
+
+
+def test_a_failed_batch_after_committed_ones_says_what_stays(
+        tmp_path: Path, data_dir: Path, tenant: str, vault: MemoryVault,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29 item 8: a batch failing after earlier batches were committed must not say
+    "nothing was changed" (true of that batch only): the error says how many records stay,
+    where it stopped and how to go on, with the same exit status as the batch's error."""
+    from mnemovault.errors import Unavailable
+
+    records = [{"text": f"harbour log line {n}", "source_id": f"h{n}"} for n in range(6)]
+    f = tmp_path / "harbour.jsonl"
+    f.write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8")
+    real = MemoryVault.remember_many
+    calls = 0
+
+    def fail_second(self: MemoryVault, *args: object, **kw: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise Unavailable("database: the operation failed; nothing was changed")
+        return real(self, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(MemoryVault, "remember_many", fail_second)
+    res = _cli(data_dir, tenant, "import", str(f), "--scope", "harbour2", "--batch-size",
+               "2")
+    assert res.exit_code == 6, res.output
+    text = " ".join(res.output.split())
+    assert "import stopped at records 3-4 of 6" in text, text
+    assert "2 records before them were committed and stay" in text, text
+    assert "run the same import again" in text, text
+    assert not text.rstrip(". ").endswith("nothing was changed"), text
+    monkeypatch.undo()
+    page = vault.list(scope="harbour2", limit=100, principal=vault.principal(tenant))
+    assert sorted(m.content for m in page.items) == [r["text"] for r in records[:2]]
+    res = _cli(data_dir, tenant, "import", str(f), "--scope", "harbour2", "--json")
+    assert res.exit_code == 0, res.output
+    assert (json.loads(res.stdout)["imported"], json.loads(res.stdout)["already_stored"]) \
+        == (4, 2)

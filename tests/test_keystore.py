@@ -236,3 +236,75 @@ def test_pg_destroy_nulls_the_wrapped_bytes(pg_keys_url: str, tmp_path: Path) ->
                            "WHERE key_id = %s", (kid,)).fetchone()
     assert row is not None and row[0] is None and row[1] is None and row[2] is not None
     store.close()
+
+
+def test_directory_rewrap_and_destroy_never_show_a_reader_a_zeroed_file(
+        tmp_path: Path) -> None:
+    """Issue 29 (found by scripts/kek_rotate_check.py: one 500 "… is not a valid key file
+    (UnicodeDecodeError)" while `kek rotate` ran beside a writing `serve`): a rewrap or a
+    destroy zeroed the key file in place before the new one was renamed over it, and a
+    reader, which takes no lock, read the zeros. Another store on the same directory reads
+    every key throughout many rewraps, and sees a tombstone, never an error, during a
+    destroy."""
+    ring = KeyRing.load(env_value=None, key_file=tmp_path / "kek.json")
+    writer = DirectoryKeyStore(ring, tmp_path / "keys")
+    reader = DirectoryKeyStore(ring, tmp_path / "keys")
+    t = _tenant()
+    keys = dict(writer.get_or_create(t, Owner("hmac-sha256:s", f"hmac-sha256:{i}"))
+                for i in range(4))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    reads = 0
+
+    def read() -> None:
+        nonlocal reads
+        while not stop.is_set():
+            try:
+                got, gone = reader.unwrap_many(t, list(keys))
+                assert got == {k: v for k, v in keys.items() if k not in gone}, "wrong key"
+                list(reader.entries(t))
+                reads += 1
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+                return
+
+    th = threading.Thread(target=read)
+    th.start()
+    try:
+        for _ in range(40):
+            assert writer.rewrap(ring.add_version()) == len(keys)
+            if errors:
+                break
+        writer.destroy(t, [next(iter(keys))])
+    finally:
+        stop.set()
+        th.join(30)
+    assert not errors, errors[0]
+    assert reads > 0
+
+
+def test_directory_rewrap_killed_before_its_rename_leaves_the_old_key_readable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rotation killed while it rewraps a key file (here: the rename never happens) must
+    leave the file under its old version, whole: it used to be zeroed first, and the key
+    (every record under it) was lost."""
+    import mnemovault.pii.keystore as ks
+
+    ring = KeyRing.load(env_value=None, key_file=tmp_path / "kek.json")
+    store = DirectoryKeyStore(ring, tmp_path / "keys")
+    t = _tenant()
+    kid, key = store.get_or_create(t, Owner("hmac-sha256:s", "hmac-sha256:k"))
+    old = ring.current
+    new = ring.add_version()
+
+    def killed(path: Path, body: bytes, **kw: object) -> None:
+        raise KeyboardInterrupt("killed before the rename")
+
+    monkeypatch.setattr(ks, "write_private", killed)
+    with pytest.raises(KeyboardInterrupt):
+        store.rewrap(new)
+    monkeypatch.undo()
+    fresh = DirectoryKeyStore(ring, tmp_path / "keys")
+    assert fresh.get(t, kid) == key
+    assert next(e for e in fresh.entries(t) if e.key_id == kid).kek_version == old
+    assert fresh.rewrap(new) == 1 and fresh.get(t, kid) == key

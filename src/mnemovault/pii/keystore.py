@@ -24,10 +24,12 @@ Two implementations:
 - :class:`DirectoryKeyStore` (the default): ``<directory of kek.json>/keys/<tenant>/``,
   one small JSON file per key (mode 0600, written to a temp file, fsynced, renamed, the
   directory fsynced), an owner index beside them, and an ``fcntl`` lock per tenant for
-  creating and destroying. Destroying overwrites the key file's bytes in place with zeros
-  (fsync) before the tombstone replaces it (on a copy-on-write or log-structured file
-  system the old blocks may survive: the KEK is then what protects them, and retiring the
-  KEK version that wrapped them, ``kek rotate --retire``, finishes the shred).
+  creating and destroying. Destroying (and a rewrap) renames the tombstone (the rewrapped
+  key) over the key file, then overwrites the old file's bytes with zeros (fsync), so the
+  path always names a whole file, for readers and after a crash (on a copy-on-write or
+  log-structured file system the old blocks may survive: the KEK is then what protects
+  them, and retiring the KEK version that wrapped them, ``kek rotate --retire``, finishes
+  the shred).
 - :class:`PostgresKeyStore`: a table in a separate small PostgreSQL database
   (``MNEMOVAULT_KEY_STORE=postgresql://…``), for several app servers and for Citus. A
   destroy sets the wrapped bytes to NULL and vacuums the table; its old row versions in
@@ -365,10 +367,9 @@ class DirectoryKeyStore(KeyStore):
             if not valid_key_id(k):
                 continue
             try:
-                raw = (d / f"{k}.json").read_bytes()
+                out[k] = _read_key_file(d / f"{k}.json")
             except FileNotFoundError:
                 continue
-            out[k] = _decode(raw, d / f"{k}.json")
         return out
 
     def _destroy(self, tenant: str, key_ids: Sequence[str]) -> None:
@@ -376,24 +377,22 @@ class DirectoryKeyStore(KeyStore):
             for k in key_ids:
                 path = d / f"{k}.json"
                 try:
-                    entry = _decode(path.read_bytes(), path)
+                    entry = _read_key_file(path)
                 except FileNotFoundError:
                     entry = StoredKey(tenant, k, Owner(""), None, None, None, "")
-                else:
-                    _shred_in_place(path)
                 tomb = StoredKey(tenant, k, entry.owner, None, None, None, entry.created_at,
                                  destroyed_at=_now())
-                write_private(path, _encode(tomb))
+                _replace_and_shred(path, _encode(tomb))
 
     def _rewrap(self, entry: StoredKey, kek_version: int, sealed: Sealed) -> None:
         with self._locked(entry.tenant) as d:
             path = d / f"{entry.key_id}.json"
-            cur = _decode(path.read_bytes(), path)
+            cur = _read_key_file(path)
             if cur.destroyed:
                 return
-            _shred_in_place(path)  # the copy under the old version
-            write_private(path, _encode(StoredKey(cur.tenant, cur.key_id, cur.owner, kek_version,
-                                           sealed.nonce, sealed.ciphertext, cur.created_at)))
+            _replace_and_shred(path, _encode(StoredKey(  # the copy under the old version goes
+                cur.tenant, cur.key_id, cur.owner, kek_version, sealed.nonce,
+                sealed.ciphertext, cur.created_at)))
 
     def entries(self, tenant: str | None = None) -> Iterator[StoredKey]:
         if not self.root.is_dir():
@@ -405,7 +404,7 @@ class DirectoryKeyStore(KeyStore):
                 continue
             for p in sorted(d.glob("*-*-*-*-*.json")):
                 with contextlib.suppress(FileNotFoundError):
-                    yield _decode(p.read_bytes(), p)
+                    yield _read_key_file(p)
 
 
 def _encode(e: StoredKey) -> bytes:
@@ -429,13 +428,54 @@ def _decode(raw: bytes, path: Path) -> StoredKey:
                           field="key_store") from None
 
 
-def _shred_in_place(path: Path) -> None:
-    """Overwrite the file's bytes with zeros and fsync (before a rename replaces it)."""
-    with open(path, "r+b") as f:
-        size = os.fstat(f.fileno()).st_size
-        f.write(b"\x00" * size)
-        f.flush()
-        os.fsync(f.fileno())
+READ_ATTEMPTS = 5  # a key file read just as a rewrap or destroy replaced it: read again
+
+
+def _read_key_file(path: Path) -> StoredKey:
+    """The entry in ``path``. Readers take no lock, so one may open a key file just before
+    a rewrap or destroy renames its successor over it and read it after it was zeroed
+    (:func:`_replace_and_shred`): the path then names the successor, so an unreadable file
+    is read again, a few times, before it is reported.
+
+    Raises:
+        FileNotFoundError: no such key file.
+        ConfigError: it stays unreadable (not a key file)."""
+    for attempt in range(READ_ATTEMPTS):
+        raw = path.read_bytes()
+        try:
+            return _decode(raw, path)
+        except ConfigError:
+            if attempt + 1 == READ_ATTEMPTS:
+                raise
+            time.sleep(0.005 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _replace_and_shred(path: Path, body: bytes) -> None:
+    """Replace the key file ``path`` by ``body`` and overwrite the replaced file's bytes
+    with zeros (fsync), in that order: the new file is written and renamed into place
+    first (:func:`write_private`), and the old one is zeroed through a descriptor opened
+    before the rename. So ``path`` always names a whole key file: a reader never sees the
+    zeros (one that opened the old file just before the rename reads again,
+    :func:`_read_key_file`), and a process killed at any step leaves the old file or the
+    new one, never a zeroed one (killed between the rename and the zeroing, the old bytes
+    stay in freed blocks, protected by the KEK version that wrapped them, as on a
+    copy-on-write file system: module docstring)."""
+    try:
+        fd: int | None = os.open(path, os.O_WRONLY)
+    except FileNotFoundError:
+        fd = None
+    try:
+        write_private(path, body)
+        if fd is not None:
+            size = os.fstat(fd).st_size
+            done = 0
+            while done < size:
+                done += os.pwrite(fd, b"\x00" * (size - done), done)
+            os.fsync(fd)
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 # -- PostgreSQL store ----------------------------------------------------------------------
