@@ -35,6 +35,10 @@ def test_jsonl_import_recall_list_delete(tmp_path: Path, data_dir: Path, tenant:
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     assert summary["imported"] == 2 and summary["format"] == "jsonl"
+    with vault.db.transaction(tenant) as conn:  # the import folded its statistics' deltas
+        assert conn.execute("SELECT count(*) AS n FROM lexical_stat_deltas WHERE "
+                            "tenant_id = %s AND scope = 'harbour'",
+                            (tenant,)).fetchone()["n"] == 0
 
     res = _cli(data_dir, tenant, "recall", "who fixed a radio?", "--scope", "harbour",
                "-k", "1", "--json")

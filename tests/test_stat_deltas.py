@@ -202,3 +202,42 @@ def test_a_recall_does_not_wait_for_a_writer_and_its_access_is_counted_later(
     assert vault.db.fold_accesses(tenant) == 1
     assert vault.get(r.id, principal=who).access_count == 1
     assert vault.db.fold_accesses(tenant) == 0  # counted once
+
+
+def test_a_commit_of_many_statements_counts_each_towards_the_fold(
+        vault: MemoryVault, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # one transaction of row-by-row inserts (no audit row, as a bulk loader's): each
+    # statement appended its own deltas, which every recall would sum until a fold
+    monkeypatch.setattr(lexstats, "FOLD_EVERY", 3)
+    with vault.db.transaction(tenant) as conn:
+        memory_store.insert(conn, [_row(vault, conn, tenant, "bulk", f"kayak trip {i}")
+                                   for i in range(2)])
+    assert _deltas(vault, tenant, "bulk") > 0  # two statements: not yet
+    with vault.db.transaction(tenant) as conn:
+        memory_store.insert(conn, [_row(vault, conn, tenant, "bulk", "kayak repair")])
+    assert _deltas(vault, tenant, "bulk") == 0  # the third statement's commit folded
+    assert _consistent(vault, tenant, "bulk")["doc_count"] == 3
+
+
+def test_a_large_batch_folds_after_its_commit(vault: MemoryVault, tenant: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lexstats, "FOLD_ROWS", 5)
+    who = vault.principal(tenant)
+    vault.remember_many([{"content": f"pottery class {i}", "scope": "big"} for i in range(4)],
+                        principal=who)
+    assert _deltas(vault, tenant, "big") > 0  # one statement of 4 memories: not yet
+    vault.remember_many([{"content": "pottery vase", "scope": "big"}], principal=who)
+    assert _deltas(vault, tenant, "big") == 0  # 5 memories written: folded
+    assert _consistent(vault, tenant, "big")["doc_count"] == 5
+
+
+def test_a_rolled_back_write_counts_nothing(vault: MemoryVault, tenant: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lexstats, "FOLD_EVERY", 2)
+    with pytest.raises(RuntimeError), vault.db.transaction(tenant) as conn:
+        memory_store.insert(conn, [_row(vault, conn, tenant, "rb", "garden fence")])
+        raise RuntimeError("rolled back")
+    with vault.db.transaction(tenant) as conn:
+        memory_store.insert(conn, [_row(vault, conn, tenant, "rb", "garden gate")])
+    assert _deltas(vault, tenant, "rb") > 0  # one write counted, not two
+    assert _consistent(vault, tenant, "rb")["doc_count"] == 1

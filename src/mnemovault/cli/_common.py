@@ -337,6 +337,9 @@ def _import(vault: Any, plan: Any, path: Path, *, batch_size: int, quiet: bool,
             for _, item, _ in batch:
                 scopes[item.scope] = scopes.get(item.scope, 0) + 1
             progress.advance(task, len(batch))
+    if committed:  # the import's last BM25 statistics' deltas into the base rows, so
+        # that recalls after it read no delta it left (a fold never raises)
+        vault.db.fold_lexical(vault.principal().tenant, sorted(scopes))
     elapsed = time.perf_counter() - started
     return {"file": str(path), "format": plan.format, "records": len(plan.items),
             "imported": committed, "already_stored": already, "refused": refused,

@@ -185,7 +185,7 @@ class Database:
         self.embedded_dir = embedded_dir
         self._pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] | None = None
         self.after_commit: list[Callable[[str], object]] = []
-        self._fold_counts: dict[str, int] = {}
+        self._fold_counts: dict[str, tuple[int, int]] = {}  # (writes, rows)
         self._fold_lock = threading.Lock()
         # opens the sealed columns of every row read on an application connection
         # (mnemovault.pii.sealing, set by the runtime): (tenant, row) -> row
@@ -483,6 +483,9 @@ class Database:
         outer = _audited.get()
         pending: set[str] = set()
         token = _audited.set(pending if outer is None else outer)
+        outer_writes = lexstats._writes.get()
+        writes: dict[str, list[int]] = {}
+        writes_token = lexstats._writes.set(writes if outer_writes is None else outer_writes)
         try:
             with self._connection() as conn, conn.transaction():
                 if self.citus:  # signed with the global pid, sent on to the workers
@@ -506,6 +509,7 @@ class Database:
             raise database_error(exc) from exc
         finally:
             _audited.reset(token)
+            lexstats._writes.reset(writes_token)
         if outer is None:
             for t in sorted(pending):
                 for hook in self.after_commit:
@@ -513,17 +517,22 @@ class Database:
                         hook(t)
                     except Exception:  # a mirror failure never undoes a commit
                         log.exception("after-commit hook failed for a tenant")
-            for t in sorted(pending):
-                self._count_write(t)
+            for t in sorted(pending | writes.keys()):
+                statements, rows = writes.get(t, (0, 0))
+                self._count_write(t, max(statements, 1), rows)
 
-    def _count_write(self, tenant: str) -> None:
-        """After an audited commit of ``tenant``: every :data:`lexstats.FOLD_EVERY` of
-        them (in this process), fold its BM25 statistics' deltas and its pending access
-        statistics (migration 0016)."""
+    def _count_write(self, tenant: str, writes: int = 1, rows: int = 0) -> None:
+        """After a commit of ``tenant`` that was audited or appended BM25 statistics'
+        deltas (``writes``: the statements that did, at least 1; ``rows``: the memories
+        they counted, :func:`lexstats.note_writes`): every :data:`lexstats.FOLD_EVERY`
+        writes or :data:`lexstats.FOLD_ROWS` memories (in this process), fold its
+        statistics' deltas and its pending access statistics (migration 0016)."""
         with self._fold_lock:
-            n = self._fold_counts.get(tenant, 0) + 1
-            self._fold_counts[tenant] = 0 if n >= lexstats.FOLD_EVERY else n
-        if n >= lexstats.FOLD_EVERY:
+            n, r = self._fold_counts.get(tenant, (0, 0))
+            n, r = n + writes, r + rows
+            due = n >= lexstats.FOLD_EVERY or r >= lexstats.FOLD_ROWS
+            self._fold_counts[tenant] = (0, 0) if due else (n, r)
+        if due:
             self.fold_lexical(tenant)
             self.fold_accesses(tenant)
 

@@ -6,6 +6,7 @@ commits and :mod:`mnemovault.store.search` reads the statistics through these qu
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any
 
 import psycopg
@@ -30,8 +31,35 @@ TERM_STATS = (
 
 
 FOLD_EVERY = 64
-"""Writes of one scope (in one process) between two opportunistic folds of its deltas
-(:func:`fold`, from :meth:`mnemovault.store.db.Database.transaction`)."""
+"""Writes of a tenant (in one process) between two opportunistic folds of its deltas
+(:func:`fold`, from :meth:`mnemovault.store.db.Database.transaction`). A write is an
+audited commit, or each statement that appended deltas (:func:`note_writes`) when a
+commit made more: the deltas a recall sums for a lexeme (or for the scope's document
+count) are one row per such statement, so it is their number that bounds a recall's
+work, not the number of commits (one commit of ``insert`` rows makes one statement a
+row; a bulk load made of a few large commits left every recall summing its deltas)."""
+
+FOLD_ROWS = 10_000
+"""Memories written (live, counted in the deltas) by a tenant in one process after which
+its deltas are folded even if fewer than :data:`FOLD_EVERY` writes were made: one
+statement of :func:`mnemovault.store.memories.insert_many` appends a row per distinct
+lexeme of up to 1,000 memories, and this keeps each fold (one short transaction) small."""
+
+# Deltas appended in the current Database.transaction, by tenant: [statements, rows]
+# (set and read by mnemovault.store.db.Database.transaction)
+_writes: ContextVar[dict[str, list[int]] | None] = ContextVar("mnemovault_stat_writes",
+                                                              default=None)
+
+
+def note_writes(tenant: str, statements: int, rows: int) -> None:
+    """Called by the store's inserts into ``memories``: ``statements`` statements that fire
+    the statistics' triggers, over ``rows`` memories, in the current transaction (counted
+    towards the next fold after it commits; nothing outside a transaction)."""
+    pending = _writes.get()
+    if pending is not None and statements > 0:
+        have = pending.setdefault(tenant, [0, 0])
+        have[0] += statements
+        have[1] += rows
 
 _FOLD_LOCK = "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 2916)) AS got"
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import psycopg
 
+from mnemovault.store import lexstats
+
 COLUMNS = (
     "id, scope, subject_id, type, content, key, pinned, archived, status, created_at, "
     "updated_at, last_accessed_at, access_count, provenance, parent_id, version, key_id, "
@@ -115,6 +117,7 @@ def insert(conn: Conn, rows: Sequence[tuple[Any, ...]], *, status: str = "active
     with conn.cursor() as cur:
         cur.executemany(f"INSERT INTO memories ({INSERT_COLUMNS}, status) "
                         f"VALUES {_ROW[:-1]}, '{status}')", rows)
+    _note_writes(rows, len(rows))  # one statement a row, each with its own deltas
 
 
 _ROWS_PER_STATEMENT = 1000  # 21 parameters a row: far below PostgreSQL's 65,535
@@ -129,6 +132,17 @@ def insert_many(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
         values = ", ".join([_ROW] * len(chunk))
         conn.execute(f"INSERT INTO memories ({INSERT_COLUMNS}) VALUES " + values,
                      [v for row in chunk for v in row])
+    _note_writes(rows, -(-len(rows) // _ROWS_PER_STATEMENT))
+
+
+def _note_writes(rows: Sequence[tuple[Any, ...]], statements: int) -> None:
+    """Count the statistics' deltas these inserts appended, by tenant (the rows' first
+    column), towards the next fold (:func:`mnemovault.store.lexstats.note_writes`)."""
+    by_tenant: dict[str, int] = {}
+    for row in rows:
+        by_tenant[row[0]] = by_tenant.get(row[0], 0) + 1
+    for tenant, n in by_tenant.items():  # (one tenant in practice)
+        lexstats.note_writes(tenant, min(statements, n), n)
 
 
 # -- read ----------------------------------------------------------------------------------

@@ -21,16 +21,18 @@ sum of its deltas (:func:`mnemovault.store.search.lexical_stats`; the BM25 query
 them the same way), exactly what the old triggers kept, at every snapshot: a delta
 commits or rolls back with the change it counts.
 
-:func:`mnemovault.store.search.fold_lexical_deltas` folds a scope's deltas into the
+:func:`mnemovault.store.lexstats.fold` folds a scope's deltas into the
 base rows in one short transaction of its own (``DELETE ... RETURNING`` of the deltas it
 sees, the sums added to the base rows, rows reaching 0 removed): deltas of transactions
 still open are invisible to it and stay for the next fold; a fold that fails or is
 killed rolls back whole (nothing lost, nothing counted twice); two folds of one scope
 serialise on its base rows and the second one finds the first one's deltas gone. Writers
 never touch the base rows any more, so a fold never makes a writer wait. It runs after
-writes (every :data:`~mnemovault.store.search.FOLD_EVERY` writes of a scope in the
-process, skipped when another fold of the scope holds its advisory lock), after an
-erase, and in the maintenance pass.
+writes (every :data:`~mnemovault.store.lexstats.FOLD_EVERY` writes of a tenant in the
+process, a write being an audited commit or each delta-appending statement of a commit
+that made more, or every :data:`~mnemovault.store.lexstats.FOLD_ROWS` memories written;
+skipped when another fold of the scope holds its advisory lock), at the end of an
+import, after an erase and after a re-index of the terms.
 
 The functions keep 0009's names and its triggers (which fire on the same events), so
 this revision only replaces the functions' bodies. Citus: as in 0009, the triggers live
