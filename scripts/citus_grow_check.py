@@ -63,7 +63,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from _common import environment, progress  # noqa: E402
+from _common import environment, progress, wait_for_health  # noqa: E402
 
 REQUEST_TIMEOUT = 120.0
 SCOPE = "grow"
@@ -278,22 +278,6 @@ def pct(values: list[float], q: float) -> float | None:
     return round(s[max(0, min(len(s) - 1, round(q / 100 * len(s) + 0.5) - 1))], 1)
 
 
-def wait_health(base: str, server: subprocess.Popen[bytes], log: Path,
-                timeout: float = 300) -> float:
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < timeout:
-        if server.poll() is not None:
-            raise RuntimeError(f"mnemovault serve exited ({server.returncode}): "
-                               f"{log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{base}/health", timeout=5).status_code == 200:
-                return time.perf_counter() - t0
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"mnemovault serve not healthy after {timeout:g} s")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--url", required=True,
@@ -359,7 +343,7 @@ def main() -> int:
                                           "--port", str(args.port)),
                                       stdout=log, stderr=subprocess.STDOUT,
                                       env=child_env(url), stdin=subprocess.DEVNULL)
-        report["startup_s"] = round(wait_health(base, server, log_path), 1)
+        report["startup_s"] = round(wait_for_health(base, server, log_path, timeout=300), 1)
         progress(f"serving on {base}")
 
         load = Load(base, tokens, args.clients)
