@@ -53,6 +53,11 @@ RESERVED_PROVENANCE = frozenset({"review", "captured_by"})
 row's review state and the actor who captured a held row). A writer that could set them
 could name another actor as the capturer and approve its own item."""
 
+INJECTION_FLAGS = "injection_flags"
+"""The provenance key of the injection sanitiser's label (its value: a list of family
+names; :data:`mnemovault.guard.sanitise.FLAG_KEY` is this key): the one extra value that
+may be a list."""
+
 
 class Provenance(BaseModel):
     """Where a memory came from. Extra keys (e.g. ``dia_id``) are allowed if their values
@@ -84,7 +89,7 @@ class Provenance(BaseModel):
         for k, v in extra.items():
             if k in RESERVED_PROVENANCE:
                 raise ValueError(f"{k}: reserved: set by the review gate, never by a writer")
-            if k == "injection_flags" and isinstance(v, list) and len(v) <= 16 and all(
+            if k == INJECTION_FLAGS and isinstance(v, list) and len(v) <= 16 and all(
                     isinstance(f, str) and len(f) <= 64 for f in v):
                 continue  # the sanitiser's label (guard.sanitise.FLAG_KEY): family names
             if not isinstance(v, str | int | float | bool | type(None)):

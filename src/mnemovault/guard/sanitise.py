@@ -75,13 +75,13 @@ from mnemovault.errors import Unavailable, ValidationError
 from mnemovault.guard import patterns
 from mnemovault.guard.hit import Hit
 from mnemovault.guard.normalise import canonical, fold, fold_with_offsets
-from mnemovault.models import MAX_CONTENT_CHARS, MAX_TAG_CHARS, MemoryInput
+from mnemovault.models import INJECTION_FLAGS, MAX_CONTENT_CHARS, MAX_TAG_CHARS, MemoryInput
 from mnemovault.validation import MAX_NAME_CHARS, validation_error_from_pydantic
 
 REDACTION = "[REDACTED_POTENTIAL_PROMPT_INJECTION]"
 """What each hit (widened to its sentence) is replaced with."""
 
-FLAG_KEY = "injection_flags"
+FLAG_KEY = INJECTION_FLAGS
 """The provenance key of the warning label: the families found, a list in label order
 (records labelled before it was a list hold one comma-separated string: read a label with
 :func:`flag_list`)."""
