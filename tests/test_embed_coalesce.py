@@ -55,7 +55,7 @@ def _together(fn, args: list) -> list:
         gate.wait()
         try:
             out[i] = fn(args[i])
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             out[i] = exc
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(args))]

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 
 class _Job:
-    __slots__ = ("texts", "taken", "done", "result", "alone")
+    __slots__ = ("alone", "done", "result", "taken", "texts")
 
     def __init__(self, texts: list[str]) -> None:
         self.texts = texts
@@ -109,7 +109,7 @@ class CoalescingEmbedder:
             return
         try:
             vectors = self.inner.embed([t for j in batch for t in j.texts])
-        except BaseException:  # noqa: BLE001 - each caller retries alone, gets its own
+        except BaseException:
             for j in batch:
                 j.alone = True
             return
