@@ -248,3 +248,56 @@ def test_an_append_is_one_query_and_batches_are_followed(tmp_path: Path) -> None
     assert files.sync("t", table, ahead=jsonl.SET_ASIDE).written == 1
     assert calls == [6]
     assert files.path("t").read_bytes() == b"".join(inner.render(r) for r in rows)
+
+
+def test_concurrent_shared_syncs_share_passes_and_miss_no_row(tmp_path: Path) -> None:
+    """Issue 29: writers that commit while a sync runs are covered by the next one; each
+    writer's rows are in the file when its own sync returns; a failed sync covers no one;
+    sequential syncs never skip."""
+    import threading
+    import time
+
+    rows: list[dict[str, Any]] = []
+    lock = threading.Lock()
+    passes: list[int] = []
+    fail = {"next": False}
+    inner = _table(rows)
+
+    def fetch(after: int, limit: int) -> list[dict[str, Any]]:
+        passes.append(after)
+        time.sleep(0.01)  # a query's time: writers pile up behind it
+        if fail["next"]:
+            fail["next"] = False
+            raise RuntimeError("database gone")
+        with lock:
+            return list(inner.fetch(after, limit))
+
+    table = jsonl.Table(fetch=fetch, seq=inner.seq, ident=inner.ident, render=inner.render,
+                        key=inner.key)
+    files = jsonl.TenantFiles(tmp_path, fsync=False)
+    missing: list[int] = []
+
+    def writer(i: int) -> None:
+        for j in range(5):
+            with lock:  # "commit" a row, then sync as the after-commit hook does
+                seq = len(rows) + 1
+                rows.append({"seq": seq, "id": f"w{i}-{j}"})
+            files.sync("t", table, ahead=jsonl.SET_ASIDE, shared=True)
+            if f'"seq":{seq},' not in files.path("t").read_text():
+                missing.append(seq)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert missing == []
+    assert files.path("t").read_bytes() == b"".join(inner.render(r) for r in rows)
+    assert len(passes) < len(rows)  # fewer passes than writers' syncs (40)
+    # sequential: each call syncs (none began after it), and a failure covers nobody
+    rows.append({"seq": len(rows) + 1, "id": "late"})
+    fail["next"] = True
+    with pytest.raises(RuntimeError):
+        files.sync("t", table, ahead=jsonl.SET_ASIDE, shared=True)
+    assert files.sync("t", table, ahead=jsonl.SET_ASIDE, shared=True).written == 1
+    assert files.sync("t", table, ahead=jsonl.SET_ASIDE, shared=True).written == 0

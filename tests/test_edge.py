@@ -664,3 +664,28 @@ def test_every_route_with_a_long_text_field_has_room_for_it(app: FastAPI) -> Non
             limit = body_limit(method.upper(), path, settings)
             assert need <= limit or limit >= settings.max_body_large_bytes, (
                 method, path, need, limit)
+
+
+def test_a_defect_is_the_envelope_500_with_the_request_id(vault: MemoryVault, owner: str,
+                                                          caplog: pytest.LogCaptureFixture
+                                                          ) -> None:
+    """An exception no handler maps (a defect) is answered with the envelope's 500 and the
+    request id, and logged by type and route, never by message (api.app.Defects, a plain
+    ASGI middleware since issue 29)."""
+    app = create_app(vault)
+
+    @app.get("/v1/boom-for-test")
+    def boom() -> dict[str, str]:
+        raise RuntimeError("secret text of the defect")
+
+    c = TestClient(app, raise_server_exceptions=False)
+    with caplog.at_level(logging.ERROR):
+        r = c.get("/v1/boom-for-test", headers={**_auth(owner), "X-Request-Id": "rid-29"})
+    assert r.status_code == 500
+    assert r.headers["x-request-id"] == "rid-29"
+    body = r.json()
+    assert body["request_id"] == "rid-29" and body["error"]["code"] == "internal"
+    assert "secret text" not in r.text and "secret text" not in caplog.text
+    assert "RuntimeError on GET /v1/boom-for-test (request rid-29)" in caplog.text
+    ok = c.get("/health")
+    assert ok.status_code == 200 and REQUEST_ID_RE.fullmatch(ok.headers["x-request-id"])

@@ -53,3 +53,24 @@ def test_openai_embedder_failure_is_unavailable() -> None:
     e = OpenAIEmbedder(model="broken", base_url="http://llm.local/v1", transport=_endpoint([]))
     with pytest.raises(Unavailable):
         e.embed(["x"])
+
+
+def test_the_traced_local_model_gives_the_eager_vectors() -> None:
+    """Issue 29: from its TRACE_AFTER_CALLS-th call the local embedder runs the model traced
+    (no GIL between operations); its vectors are the eager model's, for one text, a
+    batch of mixed lengths and a text longer than the model reads."""
+    from mnemovault.embed import local
+
+    eager = local.LocalEmbedder(trace=False)
+    traced = local.LocalEmbedder(trace=True)
+    texts = ["hello", "Ada Lovelace wrote the first program for the engine",
+             "word " * 400, "x"]
+    for _ in range(local.TRACE_AFTER_CALLS - 1):
+        traced.embed(["warm"])
+    assert traced._traced is None
+    for sample in (texts, texts[:1], texts[2:3]):
+        got, want = traced.embed(sample), eager.embed(sample)
+        assert got.shape == want.shape and got.dtype == np.float32
+        assert np.allclose(got, want, atol=1e-5)
+    assert traced._traced  # in use (not False: tracing failed or differed)
+    assert eager._traced is None

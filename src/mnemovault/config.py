@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     embed_dimensions: int | None = None
     embed_batch_size: int = 64
     embed_threads: int = 1  # torch intra-op threads for the local embedder (0: torch default)
+    # local embedder: model calls at once; concurrent requests beyond that are embedded
+    # together in the next call (mnemovault.embed.coalesce)
+    embed_concurrency: int = Field(default=1, ge=1, le=64)
     # what the embedder reads of a text holding placeholders: "kinds" (each placeholder as
     # its kind word; every new database) or "placeholders" (as stored; databases made
     # before the view was recorded). None: the database's recorded view. A value that

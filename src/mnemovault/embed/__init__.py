@@ -26,11 +26,15 @@ def make_embedder(settings: Settings) -> LazyEmbedder:
         ConfigError: ``openai`` without ``MNEMOVAULT_EMBED_MODEL``, or an unknown embedder.
     """
     if settings.embedder == "local":
+        from mnemovault.embed.coalesce import CoalescingEmbedder
         from mnemovault.embed.local import LocalEmbedder, known_dimension
 
         local = LocalEmbedder(settings.embed_model, batch_size=settings.embed_batch_size,
                               threads=settings.embed_threads)  # loads nothing yet
-        return LazyEmbedder(lambda: local, model=local.model,
+        # concurrent requests (a server's) share model calls (mnemovault.embed.coalesce)
+        shared = CoalescingEmbedder(local, max_batch=settings.embed_batch_size,
+                                    concurrency=settings.embed_concurrency)
+        return LazyEmbedder(lambda: shared, model=local.model,
                             dimension=known_dimension(local.model))
     if settings.embedder == "openai":
         from mnemovault.embed.openai import OpenAIEmbedder
