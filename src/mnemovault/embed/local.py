@@ -180,6 +180,8 @@ def _traced_mean_pooling(st: Any) -> Any:
                 rows = (tokens * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
             return rows.numpy()
 
+        import numpy as np
+
         for sample in (_PROBES, _PROBES[:1], ["x"], [_PROBES[2] * 3, "y"]):
             want = st.encode(sample, convert_to_numpy=True, normalize_embeddings=True,
                              show_progress_bar=False)
