@@ -377,7 +377,12 @@ class Database:
             ConnectionPool.check_connection(conn)
 
     def _stamp(self, conn: psycopg.Connection[Any]) -> None:
-        """The pool's reset on return: note when the connection was last in use."""
+        """Note when the connection was last in use (:meth:`_connection`, on return).
+
+        (It was the pool's ``reset`` callback: with one, psycopg_pool hands every returned
+        connection to its worker thread, one more thread switch per transaction, and the
+        connection is free again only once that thread ran; under 32 clients on two
+        cores, issue 29.)"""
         self._returned[conn] = time.monotonic()
 
     def check_app_login(self) -> None:
@@ -442,7 +447,6 @@ class Database:
                     "connect_timeout": max(2, math.ceil(self.connect_timeout))},
             configure=self._configure,
             check=self._check,
-            reset=self._stamp,
             timeout=self.pool_timeout,
             open=False,
             name="mnemovault",
@@ -639,6 +643,7 @@ class Database:
             with conn:
                 yield conn
         finally:
+            self._stamp(conn)
             pool.putconn(conn)
 
     def _server_answers(self) -> bool:
