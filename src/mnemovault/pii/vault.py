@@ -52,7 +52,7 @@ from mnemovault.pii.crypto import (
 )
 from mnemovault.pii.detect import KnownEntity, KnownEntityIndex, fingerprint, normalise
 from mnemovault.store import pii as store
-from mnemovault.store.db import tenant_of
+from mnemovault.store.db import tenant_of, transaction_memo
 
 PLACEHOLDER_RE = re.compile(r"\{([a-z][a-z_]{0,31}):p_([0-9a-f]{10})\}")
 ERASED = "[erased]"
@@ -125,6 +125,9 @@ class PiiVault:
         """The tenant's HMAC keys, creating (and wrapping) its secret on first use."""
         keys = self.existing_tenant_keys(conn, tenant)
         if keys is None:
+            memo = transaction_memo(conn)
+            if memo is not None:  # made in this transaction (a savepoint may undo it)
+                memo[("tenant_secret_made", tenant)] = True
             secret = secrets.token_bytes(32)
             store.lock_wrap(conn)
             v, kek = self.keyring.wrapping_key()
@@ -137,13 +140,23 @@ class PiiVault:
     def existing_tenant_keys(self, conn: psycopg.Connection[Any],
                              tenant: str) -> TenantKeys | None:
         """The tenant's HMAC keys, or None if its vault was never used (reads create
-        nothing)."""
+        nothing). Read once per transaction (:func:`~mnemovault.store.db.transaction_memo`):
+        the secret a transaction found stays its secret (a rotation rewraps the same
+        secret, and the keys derived from it are kept by wrap); not when this transaction
+        made it, which a savepoint's rollback could undo."""
+        memo = transaction_memo(conn)
+        if memo is not None:
+            hit = memo.get(("tenant_keys", tenant))
+            if hit is not None:
+                return hit  # type: ignore[no-any-return]
         row = store.tenant_secret(conn, tenant)
         if row is None:
             return None
         cache_key = (tenant, int(row["kek_version"]), bytes(row["nonce"]))
         cached = self._derived.get(cache_key)
         if cached is not None:
+            if memo is not None and ("tenant_secret_made", tenant) not in memo:
+                memo[("tenant_keys", tenant)] = cached
             return cached
         try:
             secret = self._open_secret(tenant, row)
@@ -156,6 +169,8 @@ class PiiVault:
         if len(self._derived) > 10_000:
             self._derived.clear()
         self._derived[cache_key] = keys
+        if memo is not None and ("tenant_secret_made", tenant) not in memo:
+            memo[("tenant_keys", tenant)] = keys
         return keys
 
     def _open_secret(self, tenant: str, row: dict[str, Any]) -> bytes:

@@ -53,6 +53,16 @@ _audited: ContextVar[set[str] | None] = ContextVar("mnemovault_audited", default
 # helpers of capability modules that get a connection only (the forget walk, retention)
 # name it in their queries (:func:`tenant_of`).
 _tenants: weakref.WeakKeyDictionary[psycopg.Connection[Any], str] = weakref.WeakKeyDictionary()
+_memos: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[Any, Any]] = (
+    weakref.WeakKeyDictionary())
+
+
+def transaction_memo(conn: psycopg.Connection[Any]) -> dict[Any, Any] | None:
+    """A dict that lives as long as the :meth:`Database.transaction` open on ``conn`` (its
+    outermost one: a nested call on the same connection shares it); None outside one. For
+    what one transaction may read once and reuse (issue 29: the tenant's wrapped secret was
+    read up to four times per request); whatever a savepoint could undo must not go in."""
+    return _memos.get(conn)
 
 
 def tenant_of(conn: psycopg.Connection[Any]) -> str:
@@ -500,11 +510,14 @@ class Database:
                                  (TENANT_SETTING, self._signed(tenant, conn.info.backend_pid)))
                 outer_tenant = _tenants.get(conn)
                 _tenants[conn] = tenant
+                if outer_tenant is None:
+                    _memos[conn] = {}
                 try:
                     yield conn
                 finally:
                     if outer_tenant is None:
                         _tenants.pop(conn, None)
+                        _memos.pop(conn, None)
                     else:
                         _tenants[conn] = outer_tenant
         except psycopg.Error as exc:

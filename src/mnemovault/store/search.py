@@ -93,8 +93,9 @@ def vector_candidates(
     pgvector's limit of 1000 (callers cap ``n`` likewise).
     """
     ef = min(max(int(ef_search), int(n), 1), HNSW_EF_SEARCH_MAX)
-    conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
-    conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+    # one round trip for both settings (no parameters: one simple query, two statements)
+    conn.execute(f"SET LOCAL hnsw.ef_search = {ef}; "
+                 "SET LOCAL hnsw.iterative_scan = relaxed_order")
     rows = conn.execute(
         f"SELECT id, created_at, pinned, embedding <=> %(q)s AS distance FROM memories "
         f"WHERE {where} ORDER BY embedding <=> %(q)s LIMIT %(n)s",

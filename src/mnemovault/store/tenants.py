@@ -70,13 +70,14 @@ def key(conn: Conn, tenant: str, key_id: uuid.UUID) -> dict[str, Any] | None:
         (tenant, key_id)).fetchone()
 
 
-def touch_key(conn: Conn, tenant: str, key_id: uuid.UUID) -> None:
+def touch_key(conn: Conn, tenant: str, key_id: uuid.UUID) -> bool:
     """Record that a key was just used: ``last_used_at`` = now, written at most once a
-    minute per key (so authenticating does not write on every request)."""
-    conn.execute(
+    minute per key (so authenticating does not write on every request). True when this
+    statement wrote it."""
+    return conn.execute(
         "UPDATE api_keys SET last_used_at = now() WHERE tenant_id = %s AND key_id = %s "
         "AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')",
-        (tenant, key_id))
+        (tenant, key_id)).rowcount == 1
 
 
 def keys_page(conn: Conn, tenant: str, *, after: uuid.UUID | None,
