@@ -145,10 +145,13 @@ class HeuristicDetector:
     def __init__(self) -> None:
         groups: dict[tuple[str, ...], int] = {}
         self._folded: list[tuple[str, re.Pattern[str], tuple[int, ...]]] = []
+        self._keys: dict[int, str] = {}  # id(compiled pattern) -> "family:n" (rule_matches)
         for family, ps in patterns.FAMILIES.items():
-            for regex, gates in ps:
+            for n, (regex, gates) in enumerate(ps):
                 idx = tuple(groups.setdefault(g, len(groups)) for g in gates)
-                self._folded.append((family, re.compile(regex), idx))
+                rx = re.compile(regex)
+                self._keys[id(rx)] = f"{family}:{n}"
+                self._folded.append((family, rx, idx))
         self._groups = [frozenset(g) for g in groups]
         words = sorted({w for g in groups for w in g})
         self._gate_rx = re.compile("(?=(" + patterns.trie(words) + "))")
@@ -156,6 +159,8 @@ class HeuristicDetector:
         self._prefixes = {w: tuple(p for p in words if w.startswith(p)) for w in words}
         self._raw = [(family, re.compile(p, re.IGNORECASE))
                      for family, ps in patterns.RAW.items() for p in ps]
+        for n, (family, rx) in enumerate(self._raw):
+            self._keys[id(rx)] = f"raw:{family}:{n}"
 
     def _gates(self, folded: str) -> dict[str, list[int]]:
         """Every gate word in ``folded`` and where it starts."""
@@ -186,10 +191,17 @@ class HeuristicDetector:
         return out
 
     def detect(self, text: str) -> list[Hit]:
-        hits = []
+        return [Hit(s, e, family) for s, e, family, _ in self.rule_matches(text)]
+
+    def rule_matches(self, text: str) -> list[tuple[int, int, str, str]]:
+        """Each match as ``(start, end, family, rule)`` in the original text; ``rule`` names
+        the pattern (``family:n``, or ``raw:family:n`` for markup), stable while
+        :mod:`mnemovault.guard.patterns` keeps its order (for a detector that uses the
+        rules as features; see bench/README.md, "Learned injection detector")."""
+        hits: list[tuple[int, int, str, str]] = []
         if "<" in text or "[" in text or "#" in text:
-            hits = [Hit(m.start(), m.end(), family) for family, rx in self._raw
-                    for m in rx.finditer(text)]
+            hits = [(m.start(), m.end(), family, self._keys[id(rx)])
+                    for family, rx in self._raw for m in rx.finditer(text)]
         folded = fold(text)
         found = self._gates(folded)
         if not found:
@@ -211,7 +223,7 @@ class HeuristicDetector:
                         s += 1  # the clause patterns may start on punctuation
                     if s >= e or patterns.NEGATION.search(folded, max(0, s - 40), s):
                         continue
-                    hits.append(Hit(offsets[s], offsets[e - 1] + 1, family))
+                    hits.append((offsets[s], offsets[e - 1] + 1, family, self._keys[id(rx)]))
         return hits
 
 
