@@ -3,7 +3,8 @@ memories in their conversation (:mod:`mnemovault.recall.ranking`, ``neighbours``
 
 A conversation is the memories of one scope whose provenance names the same ``run_id``
 (the clear provenance column holds its keyed hash, :func:`mnemovault.pii.sealing.
-run_id_hash`, so equal run ids compare equal without being readable). Turn order within
+run_id_hash`, so equal run ids compare equal without being readable; the column
+``conversation`` is generated from it, migration 0021). Turn order within
 it is ``(created_at, id)``: ids are UUIDv7 (:mod:`mnemovault.ids`), so turns written in
 one transaction (one ``created_at``, as a bulk import gives them) keep the order they were
 given in. A memory without a ``run_id`` belongs to no conversation: it neither lends nor
@@ -33,33 +34,37 @@ def adjacent(conn: psycopg.Connection[Any], where: str, params: dict[str, Any],
     row just before, +1 just after, ...); none for an anchor without a ``run_id``."""
     if not anchors or window <= 0:
         return []
+    # the anchors' conversations (by primary key): none, no second query
+    conv = {r["id"]: r["conversation"] for r in conn.execute(
+        f"SELECT id, conversation FROM memories WHERE {where} AND id = ANY(%(nb_ids)s) "
+        "AND type <> 'fact' AND conversation IS NOT NULL",
+        {**params, "nb_ids": [a for a, _ in anchors]}).fetchall()}
+    anchors = [(a, t) for a, t in anchors if a in conv]
+    if not anchors:
+        return []
     sql = f"""
     SELECT a.anchor, n.id, n.created_at, n.pinned, n.side
-    FROM unnest(%(nb_ids)s::uuid[], %(nb_ts)s::timestamptz[]) AS a(anchor, ts)
-    CROSS JOIN LATERAL (
-        SELECT provenance ->> 'run_id' AS run FROM memories
-        WHERE {where} AND id = a.anchor AND type <> 'fact' AND provenance ? 'run_id'
-    ) c
+    FROM unnest(%(nb_ids)s::uuid[], %(nb_ts)s::timestamptz[], %(nb_conv)s::text[])
+         AS a(anchor, ts, conv)
     CROSS JOIN LATERAL (
         (SELECT id, created_at, pinned, -1 AS side
          FROM memories
-         WHERE {where} AND type <> 'fact' AND provenance ? 'run_id'
-               AND provenance ->> 'run_id' = c.run
+         WHERE {where} AND type <> 'fact' AND conversation = a.conv
                AND created_at >= a.ts - %(nb_gap)s AND created_at <= a.ts
                AND (created_at, id) < (a.ts, a.anchor)
          ORDER BY created_at DESC, id DESC LIMIT %(nb_window)s)
         UNION ALL
         (SELECT id, created_at, pinned, 1 AS side
          FROM memories
-         WHERE {where} AND type <> 'fact' AND provenance ? 'run_id'
-               AND provenance ->> 'run_id' = c.run
+         WHERE {where} AND type <> 'fact' AND conversation = a.conv
                AND created_at <= a.ts + %(nb_gap)s AND created_at >= a.ts
                AND (created_at, id) > (a.ts, a.anchor)
          ORDER BY created_at, id LIMIT %(nb_window)s)
     ) n
     """
     rows = conn.execute(sql, {**params, "nb_ids": [a for a, _ in anchors],
-                              "nb_ts": [t for _, t in anchors], "nb_gap": max_gap,
+                              "nb_ts": [t for _, t in anchors],
+                              "nb_conv": [conv[a] for a, _ in anchors], "nb_gap": max_gap,
                               "nb_window": int(window)}).fetchall()
     # the offset: the position away from the anchor on its side
     rows.sort(key=lambda r: (r["anchor"], r["side"], r["created_at"], r["id"]))
