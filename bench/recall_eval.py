@@ -131,7 +131,8 @@ def load_locomo(path: Path, quick: bool, corpus: Corpus) -> dict[str, Any] | Non
     for it in plan.items:
         if it.scope in half:
             d = it.model_dump(exclude_none=True)
-            d["provenance"] = {**(it.provenance.model_extra or {}),
+            # the whole provenance (its run_id is the session: the context stage's key)
+            d["provenance"] = {**it.provenance.model_dump(exclude_none=True),
                                "doc": str((it.provenance.model_extra or {}).get("dia_id"))}
             corpus.items.append(d)
     return {"conversations": len(scopes), "halves": {
