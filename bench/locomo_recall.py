@@ -13,17 +13,25 @@ Metrics, per question, averaged over a group of questions:
   among the sessions of the top k turns.
 
 Groups: categories 1-5, 1-4 (without the adversarial category 5) and each category; k = 1,
-5, 10, 20. Variants: ``hybrid`` (the configured fusion weights), ``vector_only`` (text weight
-0), ``text_only`` (vector weight 0) and ``bm25`` (bm25s over the conversation's turn texts,
-the content strings the importer passes to ``remember_many``; tokens = lowercase
-alphanumeric runs, no stop words, no stemming).
+5, 10, 20. Variants, each a live ``recall``: ``hybrid`` (the configured fusion with its
+conversation-context stage), ``no_context`` (the same fusion, context stage off),
+``vector_only`` (text weight 0) and ``text_only`` (vector weight 0), both with the context
+stage off (with it a part borrows neighbours and overstates itself); and ``bm25`` (bm25s
+over the conversation's turn texts, the content strings the importer passes to
+``remember_many``; tokens = lowercase alphanumeric runs, no stop words, no stemming).
+``summary`` names where ``hybrid`` is more than 0.01 below the better of its two parts.
+
+Replay check: the inputs of every ``fuse`` call inside each ``hybrid`` recall are recorded;
+the last one (the ranking recall returned, with the neighbours and boosts of the context
+stage) is re-fused with the real ``fuse`` and its top k compared with the live hits;
+``replay_check.mismatches`` counts the questions that differ.
 
 ``--sweep`` scores a grid of fusion parameters x candidate counts: reciprocal rank fusion
 (vector weight 1, text weight x rrf_k) and, when the fusion has a ``method``, the convex
 combination (text share t, vector 1 - t). The candidate lists of each question are fetched
 once per candidate count through the real ``recall`` and re-fused with the real
-``mnemovault.recall.ranking.fuse`` for every weight setting; the replay of the configured
-setting is checked against the live result.
+``mnemovault.recall.ranking.fuse`` for every weight setting, without the context stage
+(its neighbours depend on the anchors each setting ranks first).
 
 Usage::
 
@@ -241,7 +249,7 @@ class FuseRecorder:
                            w: Any, **kw: Any) -> Any:
             if self.active:
                 self.calls.append((list(vector_hits), list(text_hits), dict(meta), now, w,
-                                   kw.get("text_max")))
+                                   dict(kw)))
             return real(vector_hits, text_hits, meta, now, w, **kw)
 
         recall_mod.fuse = recording_fuse
@@ -505,11 +513,16 @@ def main(argv: list[str] | None = None) -> int:
         # -- vault variants ---------------------------------------------------------------
         default_w = vault.weights
         default_settings = vault.settings
+        # the parts (and no_context) without the conversation-context stage: a part with
+        # it would borrow the other side's anchors' neighbours and overstate itself
+        plain_w = dataclasses.replace(default_w, context_anchors=0)
         variants = {
             "hybrid": default_w,
-            "vector_only": dataclasses.replace(default_w, text=0.0),
-            "text_only": dataclasses.replace(default_w, vector=0.0),
+            "no_context": plain_w,
+            "vector_only": dataclasses.replace(plain_w, text=0.0),
+            "text_only": dataclasses.replace(plain_w, vector=0.0),
         }
+        assert not any(w.context for n, w in variants.items() if n != "hybrid")
         ranked: dict[str, list[list[str]]] = {v: [] for v in variants}
         times: dict[str, list[float]] = {v: [] for v in variants}
         captured: dict[int, list[tuple[Any, ...] | None]] = {
@@ -518,6 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         for c in sweep_cands:
             captured.setdefault(c, [])
         hybrid_ids: list[list[Any]] = []
+        hybrid_calls: list[list[tuple[Any, ...]]] = []  # every fuse call of each hybrid recall
         t_loop = time.perf_counter()
         for qi, q in enumerate(questions):
             for name, w in variants.items():
@@ -530,8 +544,10 @@ def main(argv: list[str] | None = None) -> int:
                 ranked[name].append(dia_ids_of(hits))
                 if name == "hybrid":
                     hybrid_ids.append([h.memory.id for h in hits])
+                    hybrid_calls.append(list(calls))
+                    # the sweep re-fuses the plain fusion's inputs (the first call)
                     captured[default_settings.recall_candidates].append(
-                        calls[0] if len(calls) == 1 else None)
+                        calls[0] if calls else None)
             vault.weights = default_w
             for c in sweep_cands:
                 if c == default_settings.recall_candidates:
@@ -539,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
                 vault.settings = default_settings.model_copy(update={"recall_candidates": c})
                 with fuse_rec.record() as calls:
                     vault.recall(q["question"], scope=q["sample_id"], k=args.k, touch=False)
-                captured[c].append(calls[0] if len(calls) == 1 else None)
+                captured[c].append(calls[0] if calls else None)
                 vault.settings = default_settings
             if (qi + 1) % 100 == 0 or qi + 1 == len(questions):
                 rate = (qi + 1) / (time.perf_counter() - t_loop)
@@ -552,9 +568,12 @@ def main(argv: list[str] | None = None) -> int:
                 "recall_recency_half_life_days", "hnsw_ef_search")}
         result["settings"]["k"] = args.k
         result["variants"] = {
-            "hybrid": dataclasses.asdict(variants["hybrid"]),
-            "vector_only": dataclasses.asdict(variants["vector_only"]),
-            "text_only": dataclasses.asdict(variants["text_only"]),
+            **{name: dataclasses.asdict(w) for name, w in variants.items()},
+            "context_stage": {
+                "recall_context": default_settings.recall_context,
+                "recall_context_gap_seconds": default_settings.recall_context_gap_seconds,
+                "on_in": [n for n, w in variants.items()
+                          if w.context and default_settings.recall_context]},
             "bm25": {"library": "bm25s", "method": "lucene", "k1": 1.5, "b": 0.75,
                      "texts": "the importer's content strings (as passed to remember_many)",
                      "bm25_stored": "the same over the stored content strings, with the "
@@ -575,21 +594,9 @@ def main(argv: list[str] | None = None) -> int:
                                      "bm25 = in-process scoring only")
 
         # -- replay check and sweep ---------------------------------------------------------
+        result["replay_check"] = replay_check(fuse_rec, hybrid_calls, hybrid_ids,
+                                              default_w, args.k)
         replay_ok = all(c is not None for cs in captured.values() for c in cs)
-        if replay_ok:
-            mismatches = 0
-            for cap, ids in zip(captured[default_settings.recall_candidates], hybrid_ids,
-                                strict=True):
-                assert cap is not None
-                vh, th, meta, now, _, tmax = cap
-                re_ids = [f.id for f in fuse_rec.real(vh, th, meta, now, default_w,
-                                                  text_max=tmax)[: args.k]]
-                mismatches += re_ids != ids
-            result["replay_check"] = {"questions": len(hybrid_ids), "mismatches": mismatches}
-            replay_ok = mismatches == 0
-        else:
-            result["replay_check"] = {"questions": len(hybrid_ids), "mismatches": None,
-                                      "note": "recall did not call fuse once per call"}
         if args.sweep:
             result["sweep"] = run_sweep(vault, questions, captured, replay_ok, fuse_rec,
                                         id_to_dia, default_w, default_settings, args.k,
@@ -611,6 +618,17 @@ def main(argv: list[str] | None = None) -> int:
         "target_met": h10 is not None and h10 >= TARGET_TURN_RECALL_AT_10,
         "hybrid_minus_bm25": None if h10 is None or b10 is None else round(h10 - b10, 4),
     }
+    # where the fusion is more than a point below the better of its own parts
+    below = []
+    for level in ("turn_recall", "session_recall"):
+        for k in (1, 5, 10):
+            m = result["metrics"]
+            fused = m["hybrid"][level]["1-5"][f"@{k}"]
+            part = max(m["vector_only"][level]["1-5"][f"@{k}"],
+                       m["text_only"][level]["1-5"][f"@{k}"])
+            if fused is not None and part is not None and fused < part - 0.01:
+                below.append({"level": level, "k": k, "fused": fused, "best_part": part})
+    result["summary"]["fused_below_best_part_by_more_than_0.01"] = below
     if "sweep" in result:
         best = max(result["sweep"]["grid"], key=lambda r: r["turn_recall@10"])
         result["summary"]["sweep_best"] = best
@@ -628,6 +646,38 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"wrote {args.out}")
     print(text)
     return 0
+
+
+def replay_check(fuse_rec: FuseRecorder, calls: list[list[tuple[Any, ...]]],
+                 live_ids: list[list[Any]], w: Any, k: int) -> dict[str, Any]:
+    """Re-fuse, with the real ``fuse`` and the configured weights ``w``, the inputs of the
+    last ``fuse`` call of each live ``hybrid`` recall (the one whose ranking recall
+    returned: with the context stage, the second call, with its neighbours and boosts),
+    and count the questions whose replayed top ``k`` ids differ from the live hits. Also
+    counts recalls that called ``fuse`` other than once or twice (``unexpected_calls``)
+    and whether the recorded weights were ``w`` (``weights_differ``)."""
+    mismatches = unexpected = differ = 0
+    with_context = 0
+    examples: list[dict[str, Any]] = []
+    for qi, (cs, ids) in enumerate(zip(calls, live_ids, strict=True)):
+        if not 1 <= len(cs) <= 2:
+            unexpected += 1
+            continue
+        vh, th, meta, now, rec_w, kw = cs[-1]
+        differ += rec_w != w
+        with_context += kw.get("neighbours") is not None
+        re_ids = [f.id for f in fuse_rec.real(vh, th, meta, now, w, **kw)[:k]]
+        if re_ids != list(ids):
+            mismatches += 1
+            if len(examples) < 5:
+                examples.append({"question": qi, "live": [str(x) for x in ids[:5]],
+                                 "replayed": [str(x) for x in re_ids[:5]]})
+    return {"questions": len(live_ids), "compared": len(live_ids) - unexpected,
+            "with_context_stage": with_context, "mismatches": mismatches,
+            "unexpected_calls": unexpected, "weights_differ": differ,
+            "examples": examples,
+            "note": "live top-k ids vs the real fuse re-run on the recorded inputs of the "
+                    "call recall used (neighbours and boosts included)"}
 
 
 def sweep_points(default_w: Any, text_weights: Sequence[float], rrf_ks: Sequence[int],
@@ -672,10 +722,11 @@ def run_sweep(vault: Any, questions: list[dict[str, Any]],
             if replay_ok:
                 for cap in captured[cands]:
                     assert cap is not None
-                    vh, th, meta, now, _, tmax = cap
+                    vh, th, meta, now, _, kw = cap  # the plain fusion's inputs
                     ranked.append([id_to_dia[f.id] for f in
                                    fuse_rec.real(vh, th, meta, now, w,
-                                                 text_max=tmax)[:k]])
+                                                 text_max=kw.get("text_max"),
+                                                 boosts=kw.get("boosts"))[:k]])
             else:
                 vault.weights = w
                 vault.settings = default_settings.model_copy(
@@ -700,6 +751,8 @@ def run_sweep(vault: Any, questions: list[dict[str, Any]],
                                and cands == default_settings.recall_candidates),
             })
     return {"mode": mode, "metric": "turn recall (categories 1-5 unless named)",
+            "context_stage": ("off (the plain fusion's candidate lists re-fused)"
+                              if replay_ok else "as configured (live recalls)"),
             "grid": grid}
 
 

@@ -25,13 +25,15 @@ Variants: ``fused`` (the configured fusion with its conversation-context stage),
 ``text_only`` (the plain fusion with the other weight at 0: its parts), ``previous`` (the
 convex 0.4 : 0.6 fusion used before the gated one), all through the real ``recall``
 (candidate lists captured once per question and re-fused with the real ``fuse`` for each
-variant, the neighbours in remembered order rebuilt from the stored rows as
+variant, the neighbouring turns of each conversation (same scope and provenance
+``run_id``: LoCoMo's sessions; MADial's memories and the preference set's messages carry
+none, so the stage is off there) rebuilt from the stored rows as
 :mod:`mnemovault.store.neighbours` finds them; the replay of ``fused`` is checked against
-the live result); ``bm25`` (bm25s, Lucene BM25 k1=1.5 b=0.75 over the stored texts,
-tokens = lowercase alphanumeric runs) and ``dense`` (plain exact cosine of the query
-embedding against every stored embedding of the scope). k = 1, 5, 10, 20. ``ablation``
-adds the context stage's own variants (one turn each way, symmetric; no time gap; each
-part with context).
+the live result: ``replay_check.mismatches``); ``bm25`` (bm25s, Lucene BM25 k1=1.5
+b=0.75 over the stored texts, tokens = lowercase alphanumeric runs) and ``dense`` (plain
+exact cosine of the query embedding against every stored embedding of the scope).
+k = 1, 5, 10, 20. ``ablation`` adds the context stage's own variants (one turn each way,
+symmetric; no time gap; each part with context).
 
 Usage::
 
@@ -129,7 +131,8 @@ def load_locomo(path: Path, quick: bool, corpus: Corpus) -> dict[str, Any] | Non
     for it in plan.items:
         if it.scope in half:
             d = it.model_dump(exclude_none=True)
-            d["provenance"] = {**(it.provenance.model_extra or {}),
+            # the whole provenance (its run_id is the session: the context stage's key)
+            d["provenance"] = {**it.provenance.model_dump(exclude_none=True),
                                "doc": str((it.provenance.model_extra or {}).get("dia_id"))}
             corpus.items.append(d)
     return {"conversations": len(scopes), "halves": {
@@ -371,12 +374,14 @@ def replay(cap: Any, w: Any, fuse: Any, id_to_doc: dict[Any, str], k: int,
 
 
 def neighbour_map(docs: list[Any], window: int, gap_seconds: float) -> dict[Any, Any]:
-    """id -> [(neighbour id, offset)] in remembered order ``(created_at, id)`` within the
-    scope, ``window`` each way, at most ``gap_seconds`` from the memory (what
+    """id -> [(neighbour id, offset)] in turn order ``(created_at, id)`` within the
+    memory's conversation (same scope and provenance ``run_id``; none without one),
+    ``window`` each way, at most ``gap_seconds`` from the memory (what
     :func:`mnemovault.store.neighbours.adjacent` returns for an unfiltered recall)."""
-    by_scope: dict[str, list[Any]] = defaultdict(list)
+    by_scope: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for d in docs:
-        by_scope[d[1]].append(d)
+        if d[7] is not None:
+            by_scope[(d[1], d[7])].append(d)
     out: dict[Any, Any] = {}
     for ds in by_scope.values():
         ds.sort(key=lambda d: (d[5], d[0]))
@@ -438,7 +443,8 @@ def capture_live(args: argparse.Namespace, corpus: Corpus) -> dict[str, Any]:
                 "WHERE scope = ANY(%s) AND status = 'active'",
                 (scopes,)).fetchall()
         out["docs"] = [(r["id"], r["scope"], (r["provenance"] or {}).get("doc"), r["content"],
-                        _vec(r["embedding"]), r["created_at"], r["subject_id"]) for r in rows]
+                        _vec(r["embedding"]), r["created_at"], r["subject_id"],
+                        (r["provenance"] or {}).get("run_id")) for r in rows]
         cap = Capture(vault)
         out["captures"], out["qvecs"], out["live"], lat = [], [], [], []
         for qi, q in enumerate(corpus.queries):

@@ -186,7 +186,8 @@ def test_context_only_from_anchors_and_within_the_window() -> None:
         [(f.id, f.score) for f in plain]
 
 
-def _conversation(vault: MemoryVault, who: object, scope: str) -> list[str]:
+def _conversation(vault: MemoryVault, who: object, scope: str,
+                  run_id: str | None = "chat-1") -> list[str]:
     turns = [
         "Ben: Did you go anywhere nice over the long weekend?",
         "Ana: What was that place you kept talking about, the one with the lighthouse?",
@@ -195,7 +196,8 @@ def _conversation(vault: MemoryVault, who: object, scope: str) -> list[str]:
         "Ben: Work has been hectic, the release slipped again.",
         "Ana: Same here, we have an audit next month.",
     ]
-    vault.remember_many([{"content": t, "scope": scope} for t in turns],
+    prov = {"run_id": run_id} if run_id is not None else {}
+    vault.remember_many([{"content": t, "scope": scope, "provenance": prov} for t in turns],
                         principal=who)  # type: ignore[arg-type]
     return turns
 
@@ -247,12 +249,17 @@ def test_context_neighbours_stop_at_the_time_gap_and_the_filters(vault: MemoryVa
 
     who = vault.principal(tenant)
     t0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+    run = {"run_id": "r-gap"}
     rows = vault.remember_many(
-        [{"content": "first", "scope": "gap", "created_at": t0},
-         {"content": "second", "scope": "gap", "created_at": t0 + timedelta(minutes=5)},
-         {"content": "third", "scope": "gap", "created_at": t0 + timedelta(minutes=6)},
-         {"content": "next day", "scope": "gap", "created_at": t0 + timedelta(days=1)},
-         {"content": "elsewhere", "scope": "gap-other", "created_at": t0 + timedelta(minutes=5)}],
+        [{"content": "first", "scope": "gap", "created_at": t0, "provenance": run},
+         {"content": "second", "scope": "gap", "created_at": t0 + timedelta(minutes=5),
+          "provenance": run},
+         {"content": "third", "scope": "gap", "created_at": t0 + timedelta(minutes=6),
+          "provenance": run},
+         {"content": "next day", "scope": "gap", "created_at": t0 + timedelta(days=1),
+          "provenance": run},
+         {"content": "elsewhere", "scope": "gap-other", "created_at": t0 + timedelta(minutes=5),
+          "provenance": run}],
         principal=who)
     ids = [m.id for m in rows]
     where, params = filter_sql(tenant, "gap")
@@ -263,6 +270,51 @@ def test_context_neighbours_stop_at_the_time_gap_and_the_filters(vault: MemoryVa
                         max_gap=timedelta(minutes=30))
     assert sorted((r["id"], r["offset"]) for r in got) == sorted([(ids[0], -1), (ids[2], 1)])
     assert late == []  # the day after is another session
+
+
+def test_context_neighbours_are_the_same_conversation_not_the_same_write_time(
+        vault: MemoryVault, tenant: str) -> None:
+    """A bulk import gives every record one write time: only the turns of one run_id are
+    neighbours, and a record without a run_id has none."""
+    from mnemovault.store.neighbours import adjacent
+    from mnemovault.store.search import filter_sql
+
+    who = vault.principal(tenant)
+    t0 = datetime(2025, 3, 2, 12, 0, tzinfo=UTC)
+    runs = ["a", "b", "a", None, "b", "a", None]
+    rows = vault.remember_many(
+        [{"content": f"turn {i}", "scope": "bulk", "created_at": t0,
+          "provenance": {"run_id": r} if r else {}} for i, r in enumerate(runs)],
+        principal=who)
+    ids = [m.id for m in rows]
+    where, params = filter_sql(tenant, "bulk")
+    gap = timedelta(minutes=30)
+    with vault.db.transaction(tenant) as conn:
+        a = adjacent(conn, where, params, [(ids[2], t0)], window=2, max_gap=gap)
+        b = adjacent(conn, where, params, [(ids[1], t0)], window=2, max_gap=gap)
+        none = adjacent(conn, where, params, [(ids[3], t0)], window=2, max_gap=gap)
+    assert sorted((r["id"], r["offset"]) for r in a) == sorted([(ids[0], -1), (ids[5], 1)])
+    assert [(r["id"], r["offset"]) for r in b] == [(ids[4], 1)]
+    assert none == []
+    # the run id is compared as a keyed hash: the clear column does not show it
+    with vault.db.transaction(tenant) as conn:
+        clear = conn.execute("SELECT provenance->>'run_id' AS r FROM memories "
+                             "WHERE tenant_id = %s AND id = %s", (tenant, ids[0])).fetchone()
+    assert clear["r"].startswith("r1:")
+    assert vault.get(ids[0], principal=who).provenance["run_id"] == "a"
+
+
+def test_context_is_off_for_memories_without_a_conversation(vault: MemoryVault,
+                                                            tenant: str) -> None:
+    who = vault.principal(tenant)
+    _conversation(vault, who, "ctx-none", run_id=None)
+    q = "Which place with a lighthouse did Ana ask about?"
+    off = vault.settings.model_copy(update={"recall_context": False})
+    plain = MemoryVault(vault.db, vault.embedder, off, vault.keyring)
+    got = plain.recall(q, scope="ctx-none", k=6, principal=who)
+    same = vault.recall(q, scope="ctx-none", k=6, principal=who)
+    assert [h.memory.id for h in same] == [h.memory.id for h in got]
+    assert [h.score for h in same] == pytest.approx([h.score for h in got], abs=1e-6)
 
 
 def test_context_loans_follow_the_lexical_gate() -> None:

@@ -22,7 +22,7 @@ TENANT_TABLES = ("tenants", "api_keys", "memories", "outbox", "audit_heads", "au
                  "pii_tenant_keys", "pii_values", "pii_deks", "audit_nodes",
                  "audit_checkpoints", "memory_lineage", "graph_nodes", "graph_node_support",
                  "graph_edges", "graph_edge_support")
-HEAD = "0020_librarian"
+HEAD = "0021_conversation_order"
 
 
 def test_migrations_from_empty_reach_head(vault: MemoryVault) -> None:

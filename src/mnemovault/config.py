@@ -75,9 +75,9 @@ class Settings(BaseSettings):
     # the query's IDF mass matched by the best lexical hit to full at the high one
     recall_gate_low: float = Field(default=0.05, ge=0.0, le=1.0)
     recall_gate_high: float = Field(default=0.2, ge=0.0, le=1.0)
-    # conversation context: the best hits lend score to the memories remembered just
-    # before and after them in the scope, within this gap (mnemovault.recall.ranking);
-    # False: the plain fusion
+    # conversation context: the best hits lend score to the turns just before and after
+    # them in their conversation (same scope and provenance run_id; none without one),
+    # within this gap (mnemovault.recall.ranking); False: the plain fusion
     recall_context: bool = True
     recall_context_gap_seconds: float = Field(default=1800.0, ge=0.0)
     # optional re-ranker: a local cross-encoder directory (never downloaded), and how many

@@ -7,10 +7,13 @@ Formats:
   holding ``session_<n>`` turn lists and ``session_<n>_date_time`` strings such as
   ``"1:56 pm on 8 May, 2023"``. Every turn becomes an episode: content ``"speaker: text"``
   (plus ``[image: caption]`` when the turn shares an image), scope = sample id, subject =
-  speaker, ``dia_id`` in provenance, the session's date as creation time.
+  speaker, ``dia_id`` and ``session`` in provenance, ``run_id`` = ``"<sample id>/session_<n>"``
+  (the conversation recall's context stage links turns within, :mod:`mnemovault.store.
+  neighbours`), the session's date as creation time.
 - **JSON Lines**: one object a line, ``{"text", "subject"?, "scope"?, "timestamp"?,
-  "source_id"?}``; ``timestamp`` is ISO 8601; any other field is refused (errors name
-  ``line N`` and the field).
+  "source_id"?, "run_id"?}``; ``timestamp`` is ISO 8601; ``run_id`` names the
+  conversation the record was said in (records of one ``run_id`` are its turns, in file
+  order); any other field is refused (errors name ``line N`` and the field).
 - **JSON**: one JSON document (pretty-printed or not) holding one such record object or an
   array of them.
 """
@@ -32,7 +35,7 @@ from mnemovault.models import Entity, MemoryInput, Provenance
 
 _SESSION_RE = re.compile(r"^session_(\d+)$")
 
-RECORD_FIELDS = ("text", "subject", "scope", "timestamp", "source_id")
+RECORD_FIELDS = ("text", "subject", "scope", "timestamp", "source_id", "run_id")
 """The fields of a JSON Lines / JSON record; any other is refused (a typo such as
 ``timestmap`` would otherwise be dropped and the record dated now)."""
 
@@ -98,13 +101,14 @@ def locomo_items(data: Any, source: str = "locomo",
                     entities=speakers,
                     provenance=Provenance.model_validate(
                         {"source": source, "source_id": turn["dia_id"],
-                         "dia_id": turn["dia_id"], "session": n}),
+                         "dia_id": turn["dia_id"], "session": n,
+                         "run_id": f"{sample_id}/{key}"}),
                 )
 
 
 def record_item(rec: Any, where: str, default_scope: str, source: str,
                 force_scope: str | None = None) -> MemoryInput:
-    """One record ``{text, subject?, scope?, timestamp?, source_id?}`` as an episode;
+    """One record ``{text, subject?, scope?, timestamp?, source_id?, run_id?}`` as an episode;
     ``where`` names it in errors (``"line 3"``, ``"[2]"``). Its scope: ``force_scope`` if
     given, else the record's, else ``default_scope``.
 
@@ -129,6 +133,8 @@ def record_item(rec: Any, where: str, default_scope: str, source: str,
     prov: dict[str, Any] = {"source": source}
     if rec.get("source_id") is not None:
         prov["source_id"] = str(rec["source_id"])
+    if rec.get("run_id") is not None:
+        prov["run_id"] = str(rec["run_id"])
     try:
         return MemoryInput(content=rec["text"],
                            scope=force_scope or rec.get("scope") or default_scope,

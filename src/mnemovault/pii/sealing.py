@@ -25,6 +25,7 @@ row                        sealed (opened by :meth:`Sealer.       left in clear
                            source id, tags, extra keys)           :data:`SYSTEM_PROVENANCE`
                                                                   keys and the hashes of
                                                                   ``tags`` / ``source_id``
+                                                                  / ``run_id``
 ``procedures``             ``name``, ``intent``, ``steps``        nothing (empty columns)
                            (one JSON document, ``procedure``)
 ``procedure_runs``         ``provenance`` under the run's own     verdicts, scores, times
@@ -103,25 +104,34 @@ def source_id_hash(fingerprint_key: bytes, source_id: str) -> str:
     return "s1:" + term_hash(fingerprint_key, "source-id", source_id).hex()
 
 
+def run_id_hash(fingerprint_key: bytes, run_id: str) -> str:
+    """``r1:<32 hex>``: a ``provenance.run_id`` (the conversation or session a memory was
+    said in) in the clear column of a sealed row: what recall's conversation-context stage
+    compares (:mod:`mnemovault.store.neighbours`)."""
+    return "r1:" + term_hash(fingerprint_key, "run-id", run_id).hex()
+
+
 SYSTEM_PROVENANCE = frozenset({"review", "captured_by", "injection_flags", "librarian"})
 """Provenance keys the product sets (the review gate's state and capturer, the
 sanitiser's rule names, the kind of a librarian's fact) and SQL reads: kept in the clear
 column, never sealed."""
 
-_HASHED_PROVENANCE = ("tags", "source_id")
+_HASHED_PROVENANCE = ("tags", "source_id", "run_id")
 
 
 def split_provenance(fingerprint_key: bytes,
                      provenance: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """``(clear, writer JSON)`` of a provenance to store: the clear column gets the
-    :data:`SYSTEM_PROVENANCE` keys and the keyed hashes of ``tags`` and ``source_id``;
-    everything the writer gave goes into the JSON that is sealed."""
+    :data:`SYSTEM_PROVENANCE` keys and the keyed hashes of ``tags``, ``source_id`` and
+    ``run_id``; everything the writer gave goes into the JSON that is sealed."""
     clear = {k: v for k, v in provenance.items() if k in SYSTEM_PROVENANCE}
     writer = {k: v for k, v in provenance.items() if k not in SYSTEM_PROVENANCE}
     if writer.get("tags"):
         clear["tags"] = [tag_hash(fingerprint_key, t) for t in writer["tags"]]
     if writer.get("source_id") is not None:
         clear["source_id"] = source_id_hash(fingerprint_key, str(writer["source_id"]))
+    if writer.get("run_id") is not None:
+        clear["run_id"] = run_id_hash(fingerprint_key, str(writer["run_id"]))
     return clear, json.dumps(writer, ensure_ascii=False, separators=(",", ":"),
                              sort_keys=True)
 

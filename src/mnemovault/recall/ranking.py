@@ -21,28 +21,44 @@ BM25 (:mod:`mnemovault.store.search`). Three ways to fuse them:
 - ``rrf``: weighted reciprocal rank, ``w / (k + rank)`` per list (Cormack, Clarke and
   Büttcher, SIGIR 2009), scaled to [0, 1] by its maximum.
 
-Conversation context (``neighbours``, on by default): memories are remembered in order,
-and the answer to a question is often the turn next to the one that matches it (the
-question a speaker was asked, the reply to what they said). Each of the ``context_anchors``
-best fused memories (``a``, fused score ``s_a`` without recency and pin) lends to the
-memories remembered just before and after it in the same scope (order ``(created_at,
-id)``, at most ``context_window`` each way, only within ``recall_context_gap_seconds`` of
-it, so separate sessions and unrelated events do not borrow): a neighbour at offset
+Conversation context (``neighbours``, on by default): the answer to a question is often
+the turn next to the one that matches it (the question a speaker was asked, the reply to
+what they said). Each of the ``context_anchors`` best fused memories (``a``, fused score
+``s_a`` without recency and pin) lends to the turns just before and after it in *its
+conversation*: the memories of the same scope whose provenance names the same ``run_id``
+(the conversation or session id the writer gives: the LoCoMo importer sets
+``"<sample>/session_<n>"``, a JSON Lines record's ``run_id`` field, the OpenAI Agents and
+LlamaIndex integrations their session id), in turn order ``(created_at, id)`` (UUIDv7 ids
+keep the order of one batch), at most ``context_window`` each way and within
+``recall_context_gap_seconds`` of it (a conversation resumed later is another sitting). A
+memory without a ``run_id`` neither lends nor borrows. Why a conversation id and not write
+times (the rule before): write times say when a record reached the vault, not what it
+was said next to. A bulk import gives every record one write time, so unrelated records
+(a person's preference and the filler around it, separate events) fell into one
+"conversation" window and borrowed from each other; two agents writing at the same time
+would interleave. Strict adjacency of one ``remember_many`` call was the other candidate
+and is no better: a batch is a transport unit (an importer cuts a file into batches of
+256 whatever its conversations), and a chat writes each turn in a call of its own. The
+writer is the only one who knows which turns belong together, so the stage asks for that
+and is off otherwise; the one place it is decided is :func:`mnemovault.store.neighbours.
+adjacent`, which walks the index ``memories_conversation`` over the clear column's keyed
+hash of the run id (:func:`mnemovault.pii.sealing.run_id_hash`). A neighbour at offset
 ``o`` gets ``+ g · λ_o · s_a · context_decay^(|o| − 1)``, with ``λ = context_after`` for
 the turns that follow and ``context_before`` for those before, and ``g`` the lexical
 gate's share ``s(q)`` of the ``gated`` fusion (1 otherwise): the loan is as strong as the
 evidence that the query names something said at that point of the conversation (a rare
 term matched), and fades when the ranking is by meaning alone (a paraphrase, the last turn
 of a dialogue), where the best hits' timeline neighbours are as likely unrelated events of
-the same day; a memory next to several anchors takes the largest loan. This is score
+the same sitting; a memory next to several anchors takes the largest loan. This is score
 propagation over the document sequence, the neighbourhood smoothing of cluster- and
 passage-based retrieval (Kurland and Lee, "Corpus structure, language models, and ad
 hoc information retrieval", SIGIR 2004; Diaz,
 "Regularizing ad hoc retrieval scores", CIKM 2005), applied to a dialogue's turns; the
-30-minute gap is the usual sessionisation cut of interaction logs (Catledge and Pitkow,
-"Characterizing browsing strategies in the World-Wide Web", 1995, 25.5 min; 30 min
-since). The neighbours come from :mod:`mnemovault.store.neighbours`; without them (or with
-``context_after = context_before = 0``) the ranking is the plain fusion.
+30-minute gap within one run is the usual sessionisation cut of interaction logs (Catledge
+and Pitkow, "Characterizing browsing strategies in the World-Wide Web", 1995, 25.5 min;
+30 min since). The neighbours come from :mod:`mnemovault.store.neighbours`; without them
+(or with ``context_after = context_before = 0``) the ranking is the plain fusion. Rows
+sealed before migration 0021 hold no run-id hash and so take no part.
 
 Then a recency term ``w_r · 2^(-age / half_life)`` and a pin bonus are added; last, a
 librarian fact (:mod:`mnemovault.librarian`) is lifted to the best score of its ranked
@@ -159,9 +175,9 @@ def fuse(
         text_max: the query's highest attainable BM25 score (``qmax`` of
             :func:`mnemovault.store.search.text_candidates`), for the ``gated`` share
             (without it the gate is open).
-        neighbours: memory id -> [(neighbour id, signed offset in remembered order:
-            -1 the memory just before, +1 just after, ...)], for at least the first
-            ``w.context_anchors`` of the plain fusion; their neighbours join the ranking
+        neighbours: memory id -> [(neighbour id, signed offset in its conversation's
+            turn order: -1 the turn just before, +1 just after, ...)], for at least the
+            first ``w.context_anchors`` of the plain fusion; their neighbours join the ranking
             with the conversation-context loan (module docstring; ``meta`` should hold
             them too, else they count as created ``now``). None: no context stage.
         boosts: id -> (the memory's stored ``rank_boost``, the memories it was derived

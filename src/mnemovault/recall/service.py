@@ -6,8 +6,9 @@ can return) and the same number by BM25 over the stored full-text vectors, with 
 scope's maintained corpus statistics (:mod:`mnemovault.store.search`), are fused
 (:func:`mnemovault.recall.ranking.fuse`: by default a convex combination whose lexical
 share is gated by how much of the query the best text match covers) with recency and pin
-terms, lent to the best hits' neighbours in remembered order (conversation context,
-``recall_context``; :mod:`mnemovault.store.neighbours`), then optionally re-ranked
+terms, lent to the best hits' neighbouring turns in their conversation (the same
+provenance ``run_id``: conversation context, ``recall_context``;
+:mod:`mnemovault.store.neighbours`), then optionally re-ranked
 (:mod:`mnemovault.recall.rerankers`). Archived,
 superseded and pending-review memories are excluded unless ``filters.include_archived``
 (archived only; the others never). Note that with ``include_archived`` or the other

@@ -1,11 +1,18 @@
-"""SQL of recall's conversation-context stage: the memories remembered just before and just
-after given ones (:mod:`mnemovault.recall.ranking`, ``neighbours``).
+"""SQL of recall's conversation-context stage: the turns just before and just after given
+memories in their conversation (:mod:`mnemovault.recall.ranking`, ``neighbours``).
 
-"Remembered order" is ``(created_at, id)``: ids are UUIDv7 (:mod:`mnemovault.ids`), so
-memories written in one transaction (one ``created_at``) keep the order they were given
-in. Each side is an index range scan of ``memories_scope_created`` bounded by the gap.
-Facts are no turns of a conversation (a consolidated fact sits at the time of its last
-source: :mod:`mnemovault.librarian`), so they neither lend nor borrow here."""
+A conversation is the memories of one scope whose provenance names the same ``run_id``
+(the clear provenance column holds its keyed hash, :func:`mnemovault.pii.sealing.
+run_id_hash`, so equal run ids compare equal without being readable; the column
+``conversation`` is generated from it, migration 0021). Turn order within
+it is ``(created_at, id)``: ids are UUIDv7 (:mod:`mnemovault.ids`), so turns written in
+one transaction (one ``created_at``, as a bulk import gives them) keep the order they were
+given in. A memory without a ``run_id`` belongs to no conversation: it neither lends nor
+borrows, however close its write time is to another's. Each side is one range scan of the
+index ``memories_conversation`` (migration 0021), also bounded by the time gap (a
+conversation resumed later is another sitting). Facts are no turns of a conversation (a
+consolidated fact sits at the time of its last source: :mod:`mnemovault.librarian`), so
+they neither lend nor borrow here."""
 
 from __future__ import annotations
 
@@ -19,32 +26,45 @@ import psycopg
 def adjacent(conn: psycopg.Connection[Any], where: str, params: dict[str, Any],
              anchors: list[tuple[uuid.UUID, datetime]], *, window: int,
              max_gap: timedelta) -> list[dict[str, Any]]:
-    """For each ``(id, created_at)`` anchor, up to ``window`` rows on each side of it in
-    ``(created_at, id)`` order among the rows of ``where`` (:func:`mnemovault.store.search.
-    filter_sql`: the same scope and filters as the recall), created at most ``max_gap``
-    before or after it. Rows: ``anchor``, ``id``, ``created_at``, ``pinned`` and
-    ``offset`` (-1 the row just before, +1 just after, ...)."""
+    """For each ``(id, created_at)`` anchor that has a ``run_id``, up to ``window`` rows on
+    each side of it in ``(created_at, id)`` order among the rows of ``where``
+    (:func:`mnemovault.store.search.filter_sql`: the same scope and filters as the recall)
+    with the same ``run_id``, created at most ``max_gap`` before or after it (module
+    docstring). Rows: ``anchor``, ``id``, ``created_at``, ``pinned`` and ``offset`` (-1 the
+    row just before, +1 just after, ...); none for an anchor without a ``run_id``."""
     if not anchors or window <= 0:
+        return []
+    # the anchors' conversations (by primary key): none, no second query
+    conv = {r["id"]: r["conversation"] for r in conn.execute(
+        f"SELECT id, conversation FROM memories WHERE {where} AND id = ANY(%(nb_ids)s) "
+        "AND type <> 'fact' AND conversation IS NOT NULL",
+        {**params, "nb_ids": [a for a, _ in anchors]}).fetchall()}
+    anchors = [(a, t) for a, t in anchors if a in conv]
+    if not anchors:
         return []
     sql = f"""
     SELECT a.anchor, n.id, n.created_at, n.pinned, n.side
-    FROM unnest(%(nb_ids)s::uuid[], %(nb_ts)s::timestamptz[]) AS a(anchor, ts)
+    FROM unnest(%(nb_ids)s::uuid[], %(nb_ts)s::timestamptz[], %(nb_conv)s::text[])
+         AS a(anchor, ts, conv)
     CROSS JOIN LATERAL (
         (SELECT id, created_at, pinned, -1 AS side
          FROM memories
-         WHERE {where} AND type <> 'fact' AND created_at >= a.ts - %(nb_gap)s AND created_at <= a.ts
+         WHERE {where} AND type <> 'fact' AND conversation = a.conv
+               AND created_at >= a.ts - %(nb_gap)s AND created_at <= a.ts
                AND (created_at, id) < (a.ts, a.anchor)
          ORDER BY created_at DESC, id DESC LIMIT %(nb_window)s)
         UNION ALL
         (SELECT id, created_at, pinned, 1 AS side
          FROM memories
-         WHERE {where} AND type <> 'fact' AND created_at <= a.ts + %(nb_gap)s AND created_at >= a.ts
+         WHERE {where} AND type <> 'fact' AND conversation = a.conv
+               AND created_at <= a.ts + %(nb_gap)s AND created_at >= a.ts
                AND (created_at, id) > (a.ts, a.anchor)
          ORDER BY created_at, id LIMIT %(nb_window)s)
     ) n
     """
     rows = conn.execute(sql, {**params, "nb_ids": [a for a, _ in anchors],
-                              "nb_ts": [t for _, t in anchors], "nb_gap": max_gap,
+                              "nb_ts": [t for _, t in anchors],
+                              "nb_conv": [conv[a] for a, _ in anchors], "nb_gap": max_gap,
                               "nb_window": int(window)}).fetchall()
     # the offset: the position away from the anchor on its side
     rows.sort(key=lambda r: (r["anchor"], r["side"], r["created_at"], r["id"]))

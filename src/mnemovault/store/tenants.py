@@ -258,6 +258,7 @@ def memories_after(conn: Conn, tenant: str, after: uuid.UUID | None,
     (``[erased]`` under a destroyed key)."""
     rows = conn.execute(
         "SELECT id, to_jsonb(m) - 'embedding' - 'tsv' - 'tsv_length' - 'terms_keyed' "
+        "- 'conversation' "
         "- 'tenant_id' - 'content_sealed' - 'key_sealed' - 'provenance_sealed' AS row, "
         "content, key, provenance, key_id, content_sealed, key_sealed, provenance_sealed "
         "FROM memories m WHERE tenant_id = %s AND (%s::uuid IS NULL OR id > %s) "
