@@ -12,7 +12,7 @@ import hashlib
 import re
 import secrets
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -111,6 +111,12 @@ class Principal:
         if self.limited:
             raise Forbidden(f"{what}: needs a key that is not limited to a scope or subject",
                             permission="unlimited")
+
+
+PrincipalDependency = Callable[..., Awaitable[Principal]]
+"""What every HTTP router takes to learn a request's caller: the FastAPI dependency that
+:func:`mnemovault.api.app.create_app` builds (async, so a key lookup does not hold a
+worker thread)."""
 
 
 @dataclass(frozen=True)

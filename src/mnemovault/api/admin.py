@@ -2,14 +2,14 @@
 (``subject:erase``, a key without limits) and the librarian (``memory:write`` +
 ``memory:forget``, an unlimited key)."""
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from mnemovault.auth import Principal
+from mnemovault.auth import Principal, PrincipalDependency
 from mnemovault.librarian import LibrarianResult
 from mnemovault.vault import MemoryVault
 
@@ -20,7 +20,7 @@ NDJSON_RESPONSE: dict[str, Any] = {
 }
 
 
-def audit_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:
+def audit_router(vault: MemoryVault, principal: PrincipalDependency) -> APIRouter:
     router = APIRouter(prefix="/v1/admin/audit", tags=["audit"])
     Auth = Annotated[Principal, Depends(principal)]
 
@@ -99,7 +99,7 @@ class WatchReport(BaseModel):
     ms: float
 
 
-def pii_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:
+def pii_router(vault: MemoryVault, principal: PrincipalDependency) -> APIRouter:
     router = APIRouter(prefix="/v1/admin/pii", tags=["pii"])
     Auth = Annotated[Principal, Depends(principal)]
 
@@ -123,7 +123,7 @@ class LibrarianRun(BaseModel):
     dry_run: StrictBool = Field(default=False, description="plan and report, write nothing")
 
 
-def librarian_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:
+def librarian_router(vault: MemoryVault, principal: PrincipalDependency) -> APIRouter:
     router = APIRouter(prefix="/v1/admin/librarian", tags=["librarian"])
     Auth = Annotated[Principal, Depends(principal)]
 

@@ -15,7 +15,7 @@ SSE events (``text/event-stream``), each ``event: <name>`` then ``data: <json>``
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
@@ -24,7 +24,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from mnemovault.auth import Principal
+from mnemovault.auth import Principal, PrincipalDependency
 from mnemovault.chat.models import ChatRequest, ChatResult, ChatStream
 from mnemovault.errors import MnemoError, NotFound, Unauthenticated, Unavailable
 from mnemovault.governance.retention import Scheduler
@@ -85,7 +85,7 @@ def _sse_events(stream: ChatStream, request_id: str) -> Iterator[str]:
 
 
 def build_router(vault: MemoryVault,
-                 principal: Callable[..., Principal] | None = None) -> APIRouter:
+                 principal: PrincipalDependency | None = None) -> APIRouter:
     """The chat and governance routes around an open vault; ``principal`` is the app's
     authentication dependency (a bearer-key one is built if not given). With
     ``MNEMOVAULT_RETENTION_INTERVAL_HOURS`` > 0 the app also runs the retention job for every

@@ -6,14 +6,13 @@ show one; revoke one (idempotent, audited). The key hierarchy and the last-owner
 without ``pii:reveal``."""
 
 import uuid
-from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from mnemovault.auth import ALL_PERMISSIONS, Principal, Role
+from mnemovault.auth import ALL_PERMISSIONS, Principal, PrincipalDependency, Role
 from mnemovault.vault import MemoryVault
 
 Permission = Annotated[str, Field(pattern="^(" + "|".join(ALL_PERMISSIONS) + ")$")]
@@ -79,7 +78,7 @@ class KeyRevoked(BaseModel):
     last_owner: bool = False
 
 
-def keys_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:
+def keys_router(vault: MemoryVault, principal: PrincipalDependency) -> APIRouter:
     router = APIRouter(prefix="/v1/keys", tags=["keys"])
     Auth = Annotated[Principal, Depends(principal)]
 

@@ -45,7 +45,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 import psycopg
@@ -53,7 +53,7 @@ from fastapi import APIRouter, Depends, Header, Path, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from mnemovault.auth import Principal
+from mnemovault.auth import Principal, PrincipalDependency
 from mnemovault.chat.models import MAX_HISTORY, MAX_MESSAGE_CHARS, ChatStream, RecordRef
 from mnemovault.errors import MnemoError, NotFound, Unavailable, ValidationError
 from mnemovault.governance import commands
@@ -376,7 +376,7 @@ def _chunks(stream: ChatStream, body: ChatCompletionRequest, cid: str, created: 
 
 
 # -- routes ---------------------------------------------------------------------------------
-def openai_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:
+def openai_router(vault: MemoryVault, principal: PrincipalDependency) -> APIRouter:
     """``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /v1/models/{model}``;
     ``principal`` is the app's bearer-key dependency (any valid key may list models)."""
     router = APIRouter(tags=["openai"])

@@ -5,13 +5,12 @@ version, record runs, give feedback and evaluate runs; ``memory:read`` to read a
 answer sent here is embedded or shown to the evaluator, never stored."""
 
 import uuid
-from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
-from mnemovault.auth import Principal
+from mnemovault.auth import Principal, PrincipalDependency
 from mnemovault.procedures.models import (
     EvaluationInput,
     EvaluationReceipt,
@@ -54,7 +53,7 @@ class PruneRequest(BaseModel):
     dry_run: StrictBool = False
 
 
-def procedures_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:
+def procedures_router(vault: MemoryVault, principal: PrincipalDependency) -> APIRouter:
     router = APIRouter(tags=["procedures"])
     Auth = Annotated[Principal, Depends(principal)]
 

@@ -8,13 +8,12 @@ pending answers 409; approving an item the same key captured answers 403 (``deta
 = "separation_of_duties"``) unless ``REVIEW_SELF_APPROVAL=true``."""
 
 import uuid
-from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from mnemovault.auth import Principal
+from mnemovault.auth import Principal, PrincipalDependency
 from mnemovault.governance.review import MAX_COMMENT_CHARS, ReviewDecision
 from mnemovault.models import Page
 from mnemovault.vault import MemoryVault
@@ -29,7 +28,7 @@ class ReviewNote(BaseModel):
     comment: str | None = Field(default=None, min_length=1, max_length=MAX_COMMENT_CHARS)
 
 
-def review_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:
+def review_router(vault: MemoryVault, principal: PrincipalDependency) -> APIRouter:
     router = APIRouter(prefix="/v1/review", tags=["review"])
     Auth = Annotated[Principal, Depends(principal)]
     Note = Annotated[ReviewNote | None, Body()]

@@ -23,13 +23,12 @@ subject's placeholder (``{email:p_0123456789}``, percent-encoded) instead of its
 """
 
 import uuid
-from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
-from mnemovault.auth import Principal
+from mnemovault.auth import Principal, PrincipalDependency
 from mnemovault.errors import ValidationError
 from mnemovault.models import MAX_CONTENT_CHARS, Page
 from mnemovault.subjects.models import Erasure, Rectified
@@ -81,7 +80,7 @@ class SubjectExportBody(SubjectTarget):
     reveal: StrictBool = False
 
 
-def subjects_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:
+def subjects_router(vault: MemoryVault, principal: PrincipalDependency) -> APIRouter:
     router = APIRouter(tags=["subjects"])
     Auth = Annotated[Principal, Depends(principal)]
 

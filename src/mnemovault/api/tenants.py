@@ -14,14 +14,13 @@ A wrong confirmation answers 409 ``refused`` with the string to type in the mess
 """
 
 import uuid
-from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from mnemovault.auth import Principal
+from mnemovault.auth import Principal, PrincipalDependency
 from mnemovault.errors import Unauthenticated
 from mnemovault.vault import MemoryVault
 
@@ -88,7 +87,7 @@ def _typed(body: Confirm | None) -> str | None:
     return body.confirm if body is not None else None
 
 
-def tenants_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:
+def tenants_router(vault: MemoryVault, principal: PrincipalDependency) -> APIRouter:
     router = APIRouter(prefix="/v1/admin/tenants", tags=["tenants"])
     Auth = Annotated[Principal, Depends(principal)]
 

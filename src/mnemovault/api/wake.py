@@ -5,13 +5,12 @@ budget); ``GET /v1/timeline`` a subject's memories in time order, keyset paged.
 ``POST /v1/wake`` and ``POST /v1/timeline`` take the same parameters as a JSON body, so a
 subject need not be in the URL (query strings end up in proxy and access logs)."""
 
-from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from mnemovault.auth import Principal
+from mnemovault.auth import Principal, PrincipalDependency
 from mnemovault.models import TimelinePage, WakeState
 from mnemovault.validation import Timestamp
 from mnemovault.vault import MemoryVault
@@ -39,7 +38,7 @@ class TimelineBody(BaseModel):
     cursor: str | None = Field(default=None, min_length=1, max_length=200)
 
 
-def wake_router(vault: MemoryVault, principal: Callable[..., Principal]) -> APIRouter:
+def wake_router(vault: MemoryVault, principal: PrincipalDependency) -> APIRouter:
     router = APIRouter(tags=["recall"])
     Auth = Annotated[Principal, Depends(principal)]
 

@@ -148,7 +148,7 @@ class PiiVault:
         if memo is not None:
             hit = memo.get(("tenant_keys", tenant))
             if hit is not None:
-                return hit  # type: ignore[no-any-return]
+                return hit
         row = store.tenant_secret(conn, tenant)
         if row is None:
             return None
