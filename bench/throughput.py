@@ -12,7 +12,11 @@
     query ``SELECT id FROM memories WHERE scope = %s ORDER BY embedding <=> %s LIMIT 10``
     with index scans disabled (``SET LOCAL enable_indexscan = off``) and the same query on
     the HNSW index. Also: the time of embedding one query, recall's time per SQL statement,
-    and the HNSW top-10 overlap with the exact top 10.
+    and the HNSW top-10 overlap with the exact top 10. Issue 27's plain dense baseline runs
+    right after each recall on the same query, end to end: encode the query, exact cosine
+    over the scope, in a transaction of its own (``dense_baseline``); ``target_issue27``
+    checks recall p95 <= query-embed p95 + 15 ms (10k) or + 30 ms (100k) and recall p50 <=
+    1.3x the baseline's p50.
 
 Texts are synthetic chat-like sentences from a seeded generator. Their embeddings for (b)
 are cached in ``--cache-dir`` (default ``~/.cache/mnemovault-bench``, outside the
@@ -466,6 +470,18 @@ def bare_query(vault: Any, qvec: Any, *, exact: bool) -> tuple[float, list[Any]]
     return secs, [r["id"] for r in rows]
 
 
+def dense_baseline(vault: Any, query: str) -> float:
+    """Issue 27's plain dense baseline, end to end: encode the query, then exact cosine over
+    the scope (:data:`EXACT_SQL`, index scans off) in a transaction of its own."""
+    tenant = vault.settings.tenant
+    t = time.perf_counter()
+    qvec = vault.embedder.embed([query])[0]
+    with vault.db.transaction(tenant) as conn:
+        conn.execute("SET LOCAL enable_indexscan = off")
+        conn.execute(EXACT_SQL, (BENCH_SCOPE, qvec)).fetchall()
+    return time.perf_counter() - t
+
+
 def plan_of(vault: Any, qvec: Any, *, exact: bool) -> str:
     tenant = vault.settings.tenant
     with vault.db.transaction(tenant) as conn:
@@ -494,7 +510,9 @@ def bench_recall(embedder: Any, size: int, texts: list[str], vecs: Any, queries:
             vault.recall(q, scope=BENCH_SCOPE, k=10, touch=False)
             bare_query(vault, qv, exact=True)
             bare_query(vault, qv, exact=False)
+            dense_baseline(vault, q)
         recall_s, exact_s, hnsw_s, embed_s, overlap = [], [], [], [], []
+        dense_s: list[float] = []
         parts: dict[str, list[float]] = defaultdict(list)
         hits_returned = []
         timed_queries = list(zip(queries[warmup:], qvecs[warmup:], strict=True))
@@ -517,6 +535,7 @@ def bench_recall(embedder: Any, size: int, texts: list[str], vecs: Any, queries:
             secs, hnsw_ids = bare_query(vault, qv, exact=False)
             hnsw_s.append(secs)
             overlap.append(len(set(exact_ids) & set(hnsw_ids)) / max(len(exact_ids), 1))
+            dense_s.append(dense_baseline(vault, q))
             if (i + 1) % 25 == 0 or i + 1 == len(timed_queries):
                 progress(f"recall@{size}: {i + 1}/{len(timed_queries)} queries")
     finally:
@@ -524,7 +543,7 @@ def bench_recall(embedder: Any, size: int, texts: list[str], vecs: Any, queries:
         stop_embedded(data_dir)
         shutil.rmtree(data_dir, ignore_errors=True)
     rec, ex, hn = summary_ms(recall_s), summary_ms(exact_s), summary_ms(hnsw_s)
-    emb = summary_ms(embed_s)
+    emb, dense = summary_ms(embed_s), summary_ms(dense_s)
     return {
         "memories": size, "queries": len(recall_s), "warmup_queries": warmup,
         "load": load,
@@ -532,6 +551,10 @@ def bench_recall(embedder: Any, size: int, texts: list[str], vecs: Any, queries:
         "exact_sql": ex,
         "hnsw_sql": hn,
         "query_embed": emb,
+        "dense_baseline": dense,
+        "dense_baseline_note": "issue 27's plain dense baseline, per query right after the "
+                               "recall: encode the query, exact cosine over the scope "
+                               "(EXACT_SQL, index scans off), its own transaction",
         "recall_parts_p50_ms": {k: round(float(np.median(v)) * 1000, 3)
                                 for k, v in parts.items()},
         "recall_parts_note": "medians of each part of one recall call (embed = the query "
@@ -543,8 +566,10 @@ def bench_recall(embedder: Any, size: int, texts: list[str], vecs: Any, queries:
             "recall_minus_embed_over_exact_sql": ratio(
                 rec["p50_ms"] - emb["p50_ms"], ex["p50_ms"]),
             "exact_sql_over_hnsw_sql": ratio(ex["p50_ms"], hn["p50_ms"]),
+            "recall_over_dense_baseline": ratio(rec["p50_ms"], dense["p50_ms"]),
         },
         "target_issue13": _target(size, rec, emb),
+        "target_issue27": _target27(size, rec, emb, dense),
         "hnsw_top10_overlap_with_exact": round(float(np.mean(overlap)), 4),
         "min_hits_returned": int(min(hits_returned)) if hits_returned else None,
         "plans": plans,
@@ -562,6 +587,24 @@ def _target(size: int, rec: dict[str, Any], emb: dict[str, Any]) -> dict[str, An
     over = round(float(rec["p95_ms"]) - float(emb["p95_ms"]), 3)
     return {"recall_p95_minus_query_embed_p95_ms": over, "allowance_ms": allowance,
             "holds": over <= allowance}
+
+
+# issue 27: recall p95 within the query embedding's p95 + this many ms, and recall p50 at most
+# this ratio of the plain dense baseline's p50 (both in the same run)
+TARGET27_ALLOWANCE_MS = {10000: 15.0, 100000: 30.0}
+TARGET27_DENSE_RATIO = 1.3
+
+
+def _target27(size: int, rec: dict[str, Any], emb: dict[str, Any],
+              dense: dict[str, Any]) -> dict[str, Any] | None:
+    allowance = TARGET27_ALLOWANCE_MS.get(size)
+    if allowance is None or not all("p95_ms" in x for x in (rec, emb, dense)):
+        return None
+    over = round(float(rec["p95_ms"]) - float(emb["p95_ms"]), 3)
+    r = ratio(rec["p50_ms"], dense["p50_ms"])
+    return {"recall_p95_minus_query_embed_p95_ms": over, "allowance_ms": allowance,
+            "recall_p50_over_dense_baseline_p50": r, "ratio_allowed": TARGET27_DENSE_RATIO,
+            "holds": over <= allowance and r is not None and r <= TARGET27_DENSE_RATIO}
 
 
 # -- main ------------------------------------------------------------------------------------
@@ -654,7 +697,8 @@ def main(argv: list[str] | None = None) -> int:
                              args.insert_batch, tmp_root)
             result["recall"].append(r)
             progress(f"{size}: recall p50 {r['recall']['p50_ms']} ms, exact SQL p50 "
-                     f"{r['exact_sql']['p50_ms']} ms, HNSW SQL p50 {r['hnsw_sql']['p50_ms']} ms")
+                     f"{r['exact_sql']['p50_ms']} ms, HNSW SQL p50 {r['hnsw_sql']['p50_ms']} ms"
+                     f", dense baseline p50 {r['dense_baseline']['p50_ms']} ms")
     settings = Settings()
     result["settings"] = {f: getattr(settings, f) for f in (
         "recall_candidates", "recall_rrf_k", "recall_vector_weight", "recall_text_weight",
