@@ -60,6 +60,40 @@ and Pitkow, "Characterizing browsing strategies in the World-Wide Web", 1995, 25
 (or with ``context_after = context_before = 0``) the ranking is the plain fusion. Rows
 sealed before migration 0021 hold no run-id hash and so take no part.
 
+The hold (``context_hold``, on): a loan may reorder turns, but it may not cost another
+conversation its place. A memory that took a loan is kept just below the first hit of every
+*other* conversation (``conversations``: the candidates' conversation keys, a memory
+without one a conversation of its own) that the plain fusion ranks above it; it may pass
+freely the turns of its own conversation and the second and later hits of a conversation
+already represented higher up. One exception, the lead anchor's reply (the turn just after
+the best plain hit, the context stage's strongest case: the answer to the question the best
+match asks): it only stays below the other conversations' first hits *among the
+anchors*. Why: without the hold the neighbours of five anchors (up to four each) flood the
+head of the ranking with turns of conversations already in it and push the first hits of
+others down, so the ranking reached fewer conversations than its own parts did: on LoCoMo
+(where a conversation is a session) session recall@5 / @10 fell to 0.815 / 0.879 against
+0.845 / 0.905 without the context stage and 0.845 / 0.897 for the lexical side alone, while
+turn recall@10 rose from 0.680 to 0.763. With the hold, every conversation among the
+anchors keeps at least its plain rank, so the conversations of the plain top ``j`` stay in
+the top ``j`` for every ``j`` up to ``context_anchors`` (session recall@5 is the plain
+fusion's), and below the anchors only the one reply can be placed ahead of a first hit.
+The rule was chosen among structural variants (no hold; the strict hold for every lent
+turn; only the reply of each anchor, or of the lead, or every neighbour of the lead, let
+past first hits, below the anchors or everywhere; at most one or two lent turns per
+conversation) on LoCoMo half A (the first five conversations: the largest turn recall@10
+with fused at least the best of no context, vector and text minus 0.01 at @5 and @10, turn
+and session level) and reported on half B: B turn 0.594 / 0.701 (@5 / @10; no context
+0.592 / 0.664, text 0.558 / 0.634, vector 0.457 / 0.573), session 0.844 / 0.892 (no context
+0.844 / 0.894, text 0.837 / 0.891, vector 0.762 / 0.843); on A turn 0.598 / 0.738, session
+0.847 / 0.910 (no context 0.847 / 0.917, text 0.853 / 0.902). Chosen on B instead, the rule
+would let every neighbour of the lead past the first hits below the anchors (turn@10 0.729
+on B), which on A falls 0.006 short at session@10 (0.901 against 0.917 - 0.01). The price is
+turn recall: LoCoMo turn@10 0.720 (0.763 without the hold), turn@5 0.596 (0.649): most of
+what the loans gained at the head was bought with other sessions' places. MADial-Bench and
+the preference set carry no ``run_id``, so neither the loans nor the hold touch them
+(``bench/results/recall_eval.json``: ``locomo_split.half_A`` / ``half_B``,
+``never_loses_to_parts``).
+
 Then a recency term ``w_r · 2^(-age / half_life)`` and a pin bonus are added; last, a
 librarian fact (:mod:`mnemovault.librarian`) is lifted to the best score of its ranked
 sources plus its stored ``rank_boost``, so it ranks above them until it fades. The defaults
@@ -81,7 +115,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
@@ -103,6 +137,7 @@ class FusionWeights:
     context_window: int = 2
     context_decay: float = 0.7
     context_anchors: int = 5
+    context_hold: bool = True  # the loans cost no conversation its place (docstring)
 
     @property
     def context(self) -> bool:
@@ -163,6 +198,7 @@ def fuse(
     *,
     text_max: float | None = None,
     neighbours: Mapping[uuid.UUID, Sequence[tuple[uuid.UUID, int]]] | None = None,
+    conversations: Mapping[uuid.UUID, Hashable] | None = None,
     boosts: Mapping[uuid.UUID, tuple[float, Sequence[uuid.UUID]]] | None = None,
 ) -> list[Fused]:
     """Fuse the two candidate lists into one ranking, best first (ties broken by id).
@@ -180,6 +216,12 @@ def fuse(
             first ``w.context_anchors`` of the plain fusion; their neighbours join the ranking
             with the conversation-context loan (module docstring; ``meta`` should hold
             them too, else they count as created ``now``). None: no context stage.
+        conversations: memory id -> its conversation (any key equal for the memories of
+            one conversation: the ``conversation`` column, the run id) for the candidates
+            and neighbours that have one, for the hold of the context stage (module
+            docstring); a memory missing from it is a conversation of its own. None: an
+            anchor and its ``neighbours`` are one conversation, every other memory one of
+            its own.
         boosts: id -> (the memory's stored ``rank_boost``, the memories it was derived
             from): the librarian's consolidated facts (:mod:`mnemovault.librarian`). Such
             a fact scores the best of its own score and its ranked sources' scores, plus
@@ -219,9 +261,13 @@ def fuse(
         return r + (w.pin if pinned else 0.0)
 
     extras = {mid: extra(mid) for mid in out}
+    lent: dict[uuid.UUID, float] = {}
+    plain_ids: list[uuid.UUID] = []
     if neighbours is not None and w.context:
         plain = sorted(out.values(), key=lambda f: (-(f.score + extras[f.id]), f.id))
-        for nid, loan in _loans(plain[:w.context_anchors], neighbours, w, share).items():
+        plain_ids = [f.id for f in plain]
+        lent = _loans(plain[:w.context_anchors], neighbours, w, share)
+        for nid, loan in lent.items():
             f = out.get(nid)
             if f is None:
                 out[nid] = Fused(nid, loan, None, None, None)
@@ -230,6 +276,8 @@ def fuse(
                 f.score += loan
     for f in out.values():
         f.score += extras[f.id]
+    if lent and w.context_hold and neighbours is not None:
+        _hold(out, plain_ids, lent, neighbours, conversations, w)
     if boosts:
         _lift(out, boosts)
     return sorted(out.values(), key=lambda f: (-f.score, f.id))
@@ -263,6 +311,48 @@ def _loans(anchors: Sequence[Fused],
             if loan > loans.get(nid, 0.0):
                 loans[nid] = loan
     return loans
+
+
+def _hold(out: dict[uuid.UUID, Fused], plain: Sequence[uuid.UUID],
+          lent: Mapping[uuid.UUID, float],
+          neighbours: Mapping[uuid.UUID, Sequence[tuple[uuid.UUID, int]]],
+          conversations: Mapping[uuid.UUID, Hashable] | None, w: FusionWeights) -> None:
+    """The hold of the context stage (module docstring), on the final scores in ``out``:
+    a memory that took a loan (``lent``) is kept just below the first hit of every other
+    conversation that the plain fusion (``plain``, its ids best first) ranks above it;
+    the lead anchor's reply (the turn just after ``plain[0]``) only below those among the
+    anchors. A memory never in ``plain`` counts as ranked last."""
+    if conversations is None:  # what the neighbours say: an anchor and its turns
+        conv: dict[uuid.UUID, Hashable] = {}
+        for a, near in neighbours.items():
+            key = conv.setdefault(a, ("anchor", a))
+            for nid, _ in near:
+                conv.setdefault(nid, key)
+        conversations = conv
+
+    def of(mid: uuid.UUID) -> Hashable:
+        c = conversations.get(mid)
+        return ("memory", mid) if c is None else ("conversation", c)
+
+    pos = {mid: i for i, mid in enumerate(plain)}
+    firsts: list[tuple[int, uuid.UUID, Hashable]] = []  # each conversation's first hit
+    seen: set[Hashable] = set()
+    for i, mid in enumerate(plain):
+        c = of(mid)
+        if c not in seen:
+            seen.add(c)
+            firsts.append((i, mid, c))
+    reply = next((nid for nid, o in neighbours.get(plain[0], ()) if o == 1), None) \
+        if plain else None
+    last = len(plain)
+    for mid in sorted(lent, key=lambda m: (pos.get(m, last), m)):  # higher ones first
+        at = pos.get(mid, last)
+        above = min(at, w.context_anchors) if mid == reply else at
+        mine = of(mid)
+        bound = min((out[r].score for i, r, c in firsts if i < above and c != mine),
+                    default=math.inf)
+        if out[mid].score >= bound:
+            out[mid].score = math.nextafter(bound, -math.inf)
 
 
 def rerank(fused: list[Fused], texts: dict[uuid.UUID, str], query: str,
