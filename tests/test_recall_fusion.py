@@ -227,6 +227,11 @@ def test_recall_raises_the_reply_next_to_a_strong_hit(vault: MemoryVault,
     assert turns[2] in after                           # lent by its neighbour
     reply = next(h for h in after_hits if h.memory.content == turns[2])
     assert reply.score < after_hits[0].score
+    # the hold: the notes among the plain top five (each a conversation of its own) keep
+    # their places above the lent reply
+    notes = [c for c in before[:5] if c not in turns]
+    assert notes
+    assert all(after.index(c) <= before.index(c) < after.index(turns[2]) for c in notes)
 
 
 def test_context_off_restores_the_plain_ranking(vault: MemoryVault, tenant: str) -> None:
