@@ -385,6 +385,25 @@ def test_hold_lets_the_lead_reply_pass_first_hits_below_the_anchors() -> None:
     assert everyone.index(after) > everyone.index(IDS[4])
 
 
+def test_hold_a_first_hit_below_the_anchors_gives_up_one_place() -> None:
+    # plain 3, 2, 0, 1, 4 (0.70, 0.47, 0.30, 0.20, 0.16); anchors 3 ("a") and 2 ("b");
+    # 98 the turn before 3 borrows 0.4 * 0.70 = 0.28, 99 the turn before 2 borrows
+    # 0.4 * 0.47 = 0.19; 0, 1 and 4 are the first hits of "c", "e" and "d", below the anchors
+    before3, before2 = uuid.UUID(int=98), uuid.UUID(int=99)
+    conv = {IDS[3]: "a", before3: "a", IDS[2]: "b", before2: "b", IDS[0]: "c", IDS[1]: "e",
+            IDS[4]: "d"}
+    near = {IDS[3]: [(before3, -1)], IDS[2]: [(before2, -1)]}
+    w = dataclasses.replace(CTX, context_anchors=2)
+    free = _held(dataclasses.replace(w, context_hold=False), conv, near)
+    assert free == [IDS[3], IDS[2], IDS[0], before3, IDS[1], before2, IDS[4]]
+    # the stronger loan (98) takes the one place that 1 and 4 each give up; 99 would pass
+    # 4 too, with no place left: it stays below it
+    assert _held(w, conv, near) == [IDS[3], IDS[2], IDS[0], before3, IDS[1], IDS[4], before2]
+    # neither passes an anchor: with three anchors 0 keeps its place above both
+    w3 = dataclasses.replace(CTX, context_anchors=3)
+    assert _held(w3, conv, near)[:3] == [IDS[3], IDS[2], IDS[0]]
+
+
 def test_hold_without_conversations_trusts_only_the_neighbour_lists() -> None:
     # no conversation map: a candidate that is no listed neighbour is a conversation of its
     # own, so the lent turn stays below all first hits above it

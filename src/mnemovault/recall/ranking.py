@@ -61,37 +61,39 @@ and Pitkow, "Characterizing browsing strategies in the World-Wide Web", 1995, 25
 sealed before migration 0021 hold no run-id hash and so take no part.
 
 The hold (``context_hold``, on): a loan may reorder turns, but it may not cost another
-conversation its place. A memory that took a loan is kept just below the first hit of every
-*other* conversation (``conversations``: the candidates' conversation keys, a memory
-without one a conversation of its own) that the plain fusion ranks above it; it may pass
-freely the turns of its own conversation and the second and later hits of a conversation
-already represented higher up. One exception, the lead anchor's reply (the turn just after
-the best plain hit, the context stage's strongest case: the answer to the question the best
-match asks): it only stays below the other conversations' first hits *among the
-anchors*. Why: without the hold the neighbours of five anchors (up to four each) flood the
-head of the ranking with turns of conversations already in it and push the first hits of
-others down, so the ranking reached fewer conversations than its own parts did: on LoCoMo
-(where a conversation is a session) session recall@5 / @10 fell to 0.815 / 0.879 against
-0.845 / 0.905 without the context stage and 0.845 / 0.897 for the lexical side alone, while
-turn recall@10 rose from 0.680 to 0.763. With the hold, every conversation among the
-anchors keeps at least its plain rank, so the conversations of the plain top ``j`` stay in
-the top ``j`` for every ``j`` up to ``context_anchors`` (session recall@5 is the plain
-fusion's), and below the anchors only the one reply can be placed ahead of a first hit.
-The rule was chosen among structural variants (no hold; the strict hold for every lent
-turn; only the reply of each anchor, or of the lead, or every neighbour of the lead, let
-past first hits, below the anchors or everywhere; at most one or two lent turns per
-conversation) on LoCoMo half A (the first five conversations: the largest turn recall@10
-with fused at least the best of no context, vector and text minus 0.01 at @5 and @10, turn
-and session level) and reported on half B: B turn 0.594 / 0.701 (@5 / @10; no context
-0.592 / 0.664, text 0.558 / 0.634, vector 0.457 / 0.573), session 0.844 / 0.892 (no context
-0.844 / 0.894, text 0.837 / 0.891, vector 0.762 / 0.843); on A turn 0.598 / 0.738, session
-0.847 / 0.910 (no context 0.847 / 0.917, text 0.853 / 0.902). Chosen on B instead, the rule
-would let every neighbour of the lead past the first hits below the anchors (turn@10 0.729
-on B), which on A falls 0.006 short at session@10 (0.901 against 0.917 - 0.01) (the
-variants compared by replaying this function on the bench's captured candidate lists). The price is
-turn recall: LoCoMo turn@10 0.720 (0.763 without the hold), turn@5 0.596 (0.649): most of
-what the loans gained at the head was bought with other sessions' places. MADial-Bench and
-the preference set carry no ``run_id``, so neither the loans nor the hold touch them
+conversation its place. The first hit of each conversation in the plain fusion
+(``conversations``: the candidates' conversation keys, a memory without one a conversation
+of its own) keeps its place against the turns of *other* conversations that took a loan
+while it is among the ``context_anchors`` best, and gives up at most one place to them
+below: the lent turns are placed strongest first, and one that would pass a first hit with
+no place left to give stays just below it. A lent turn passes freely the turns of its own
+conversation and the second and later hits of a conversation already represented higher
+up. So every conversation the plain fusion reaches in its top ``j`` is still reached in the
+top ``j`` for ``j`` up to ``context_anchors`` (session recall@5 is the plain fusion's), and
+in the top ``j + 1`` below. Why: without the hold the neighbours of five anchors (up to four
+each) flood the head of the ranking with turns of conversations already in it and push the
+first hits of others down, so the ranking reached fewer conversations than its own parts
+did: on LoCoMo (where a conversation is a session) session recall@5 / @10 fell to 0.815 /
+0.879 against 0.845 / 0.905 without the context stage and 0.845 / 0.897 for the lexical
+side alone, while turn recall@10 rose from 0.680 to 0.763. The rule was chosen among
+structural variants (no hold; the strict hold for every lent turn; only the reply of each
+anchor, or of the lead, or every neighbour of the lead, let past first hits, below the
+anchors or everywhere; at most one, two or three places given up by a first hit below the
+anchors, or anywhere; at most one or two lent turns per conversation), compared by
+replaying this function on the bench's captured candidate lists, on LoCoMo half A (the
+first five conversations: the largest turn recall@10 with fused at least the best of no
+context, vector and text minus 0.01 at @5 and @10, turn and session level) and reported on
+half B: B turn 0.589 / 0.713 (@5 / @10; no context 0.592 / 0.664, text 0.558 / 0.634,
+vector 0.457 / 0.573), session 0.844 / 0.889 (no context 0.844 / 0.894, text 0.837 /
+0.891, vector 0.762 / 0.843); on A turn 0.603 / 0.753, session 0.847 / 0.908 (no context
+0.847 / 0.917, text 0.853 / 0.902). Two places below the anchors would gain turn recall
+(A 0.766, B 0.730 at @10) and lose session recall (A 0.903, B 0.883 at @10: both more than
+a point under the best part). Chosen on B instead, the rule would let every neighbour of
+the lead past the first hits below the anchors (turn@10 0.729 on B), which on A falls 0.006
+short at session@10 (0.901 against 0.917 - 0.01). The price is turn recall: LoCoMo
+turn@10 0.735 (0.763 without the hold), turn@5 0.597 (0.649): most of what the loans gained
+at the very head was bought with other sessions' places. MADial-Bench and the preference
+set carry no ``run_id``, so neither the loans nor the hold touch them
 (``bench/results/recall_eval.json``: ``locomo_split.half_A`` / ``half_B``,
 ``never_loses_to_parts``).
 
@@ -318,11 +320,12 @@ def _hold(out: dict[uuid.UUID, Fused], plain: Sequence[uuid.UUID],
           lent: Mapping[uuid.UUID, float],
           neighbours: Mapping[uuid.UUID, Sequence[tuple[uuid.UUID, int]]],
           conversations: Mapping[uuid.UUID, Hashable] | None, w: FusionWeights) -> None:
-    """The hold of the context stage (module docstring), on the final scores in ``out``:
-    a memory that took a loan (``lent``) is kept just below the first hit of every other
-    conversation that the plain fusion (``plain``, its ids best first) ranks above it;
-    the lead anchor's reply (the turn just after ``plain[0]``) only below those among the
-    anchors. A memory never in ``plain`` counts as ranked last."""
+    """The hold of the context stage (module docstring), on the final scores in ``out``.
+    The first hit of each conversation in the plain fusion (``plain``, its ids best first)
+    may be passed by no memory of another conversation that took a loan (``lent``) while it
+    is among the first ``w.context_anchors``, and by at most one below them. The lent
+    memories are placed strongest first; one that would pass a first hit with no place left
+    to give stays just below it. A memory never in ``plain`` counts as ranked last."""
     if conversations is None:  # what the neighbours say: an anchor and its turns
         conv: dict[uuid.UUID, Hashable] = {}
         for a, near in neighbours.items():
@@ -343,17 +346,17 @@ def _hold(out: dict[uuid.UUID, Fused], plain: Sequence[uuid.UUID],
         if c not in seen:
             seen.add(c)
             firsts.append((i, mid, c))
-    reply = next((nid for nid, o in neighbours.get(plain[0], ()) if o == 1), None) \
-        if plain else None
+    places = {r: (0 if i < w.context_anchors else 1) for i, r, _ in firsts}
     last = len(plain)
-    for mid in sorted(lent, key=lambda m: (pos.get(m, last), m)):  # higher ones first
-        at = pos.get(mid, last)
-        above = min(at, w.context_anchors) if mid == reply else at
-        mine = of(mid)
-        bound = min((out[r].score for i, r, c in firsts if i < above and c != mine),
-                    default=math.inf)
+    for mid in sorted(lent, key=lambda m: (-out[m].score, m)):  # strongest first
+        at, mine = pos.get(mid, last), of(mid)
+        others = [r for i, r, c in firsts if i < at and c != mine]
+        bound = min((out[r].score for r in others if places[r] <= 0), default=math.inf)
         if out[mid].score >= bound:
             out[mid].score = math.nextafter(bound, -math.inf)
+        for r in others:
+            if out[r].score < out[mid].score:
+                places[r] -= 1
 
 
 def rerank(fused: list[Fused], texts: dict[uuid.UUID, str], query: str,
