@@ -80,7 +80,8 @@ structural variants (no hold; the strict hold for every lent turn; only the repl
 anchor, or of the lead, or every neighbour of the lead, let past first hits, below the
 anchors or everywhere; at most one, two or three places given up by a first hit below the
 anchors, or anywhere; at most one or two lent turns per conversation), compared by
-replaying this function on the bench's captured candidate lists, on LoCoMo half A (the
+replaying this function on the bench's captured candidate lists
+(``bench/_hold_variants.py`` prints each), on LoCoMo half A (the
 first five conversations: the largest turn recall@10 with fused at least the best of no
 context, vector and text minus 0.01 at @5 and @10, turn and session level) and reported on
 half B: B turn 0.589 / 0.713 (@5 / @10; no context 0.592 / 0.664, text 0.558 / 0.634,
