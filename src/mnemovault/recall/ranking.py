@@ -92,7 +92,7 @@ vector 0.457 / 0.573), session 0.844 / 0.889 (no context 0.844 / 0.894, text 0.8
 a point under the best part). Chosen on B instead, the rule would let every neighbour of
 the lead past the first hits below the anchors (turn@10 0.729 on B), which on A falls 0.006
 short at session@10 (0.901 against 0.917 - 0.01). The price is turn recall: LoCoMo
-turn@10 0.735 (0.763 without the hold), turn@5 0.597 (0.649): most of what the loans gained
+turn@10 0.733 (0.763 without the hold), turn@5 0.596 (0.649): most of what the loans gained
 at the very head was bought with other sessions' places. MADial-Bench and the preference
 set carry no ``run_id``, so neither the loans nor the hold touch them
 (``bench/results/recall_eval.json``: ``locomo_split.half_A`` / ``half_B``,
@@ -108,7 +108,7 @@ LoCoMo alone prefers the gate open wider (its split halves pick ``gate_low = 0``
 ``gate_high = 0.15``), which costs the preference set. The context defaults (after 0.6,
 before 0.4, two turns each way, decay 0.7, five anchors) were chosen the same way: on
 LoCoMo's held-out halves they added about 9 points of turn recall@10 before the hold and
-add about 4 with it (0.680 to 0.720 overall), and with the gate closed they leave
+add about 5 with it (0.680 to 0.733 overall), and with the gate closed they leave
 MADial-Bench and the preference set as they were (``bench/results/recall_eval.json``).
 
 An optional :class:`Reranker` (for example a cross-encoder the deployer has on disk) can
