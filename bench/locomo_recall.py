@@ -19,7 +19,8 @@ conversation-context stage), ``no_context`` (the same fusion, context stage off)
 stage off (with it a part borrows neighbours and overstates itself); and ``bm25`` (bm25s
 over the conversation's turn texts, the content strings the importer passes to
 ``remember_many``; tokens = lowercase alphanumeric runs, no stop words, no stemming).
-``summary`` names where ``hybrid`` is more than 0.01 below the better of its two parts.
+``summary`` names where ``hybrid`` is more than 0.01 below the best of its parts
+(``vector_only``, ``text_only``, ``no_context``).
 
 Replay check: the inputs of every ``fuse`` call inside each ``hybrid`` recall are recorded;
 the last one (the ranking recall returned, with the neighbours and boosts of the context
@@ -625,7 +626,8 @@ def main(argv: list[str] | None = None) -> int:
             m = result["metrics"]
             fused = m["hybrid"][level]["1-5"][f"@{k}"]
             part = max(m["vector_only"][level]["1-5"][f"@{k}"],
-                       m["text_only"][level]["1-5"][f"@{k}"])
+                       m["text_only"][level]["1-5"][f"@{k}"],
+                       m["no_context"][level]["1-5"][f"@{k}"])
             if fused is not None and part is not None and fused < part - 0.01:
                 below.append({"level": level, "k": k, "fused": fused, "best_part": part})
     result["summary"]["fused_below_best_part_by_more_than_0.01"] = below

@@ -7,7 +7,9 @@ Sets (each skipped when its data is missing):
 - ``locomo``: LoCoMo (``../shared/datasets/locomo/locomo10.json``), one memory per turn
   (the importer's LoCoMo reading, as ``bench/locomo_recall.py``), one scope per
   conversation; each question with valid evidence is recalled in its conversation; turn
-  recall@k = the share of its evidence turns in the top k. The conversations are split into
+  recall@k = the share of its evidence turns in the top k, and (``locomo_session``) session
+  recall@k = the share of its evidence sessions among the sessions of the top k turns
+  (``bench/locomo_recall.py``'s definition, its ``session_of``). The conversations are split into
   two halves (A: the first five by file order, B: the rest); the fusion parameters are
   chosen on one half (``turn recall@10``, grid below) and reported on the other, and the
   other way round.
@@ -33,7 +35,11 @@ the live result: ``replay_check.mismatches``); ``bm25`` (bm25s, Lucene BM25 k1=1
 b=0.75 over the stored texts, tokens = lowercase alphanumeric runs) and ``dense`` (plain
 exact cosine of the query embedding against every stored embedding of the scope).
 k = 1, 5, 10, 20. ``ablation`` adds the context stage's own variants (one turn each way,
-symmetric; no time gap; each part with context).
+symmetric; no time gap; without its hold, the rule before; each part with context).
+``locomo_split.half_A`` / ``half_B``: each half's turn and session recall for the fusion,
+its parts and the baselines; ``never_loses_to_parts`` checks fused against the best of
+``vector_only``, ``text_only`` and ``no_context`` (minus 0.01) at k = 5 and 10 on every set,
+LoCoMo at both levels, and on each half.
 
 Usage::
 
@@ -59,7 +65,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -317,11 +323,17 @@ def load_preferences(quick: bool, corpus: Corpus, seed: int = 13) -> dict[str, A
 
 # -- metrics ---------------------------------------------------------------------------------
 
-def recall_at(queries: list[Query], ranked: list[list[str]]) -> dict[str, Any]:
+def recall_at(queries: list[Query], ranked: list[list[str]],
+              unit: Callable[[str], str] | None = None) -> dict[str, Any]:
+    """Recall@k per query, averaged: the share of its gold items among the top k; with
+    ``unit`` (e.g. LoCoMo's :func:`locomo_recall.session_of`), of the gold items' units
+    among the units of the top k (session recall)."""
     out: dict[str, Any] = {"n": len(queries)}
+    u = unit or (lambda d: d)
     for k in KS:
-        vals = [len(q.gold & set(r[:k])) / len(q.gold) for q, r in zip(queries, ranked,
-                                                                        strict=True)]
+        vals = [len(g & {u(d) for d in r[:k]}) / len(g)
+                for g, r in (({u(d) for d in q.gold}, r)
+                             for q, r in zip(queries, ranked, strict=True))]
         out[f"@{k}"] = round(statistics.fmean(vals), 4) if vals else None
     return out
 
@@ -365,12 +377,19 @@ class Capture:
 
 
 def replay(cap: Any, w: Any, fuse: Any, id_to_doc: dict[Any, str], k: int,
-           near: Any = None) -> list[str]:
+           near: Any = None, conv: Any = None) -> list[str]:
     """Re-fuse captured candidate lists with weights ``w``; ``near``: the neighbour map
-    (every stored row's, :func:`neighbour_map`), None for the plain fusion."""
+    (every stored row's, :func:`neighbour_map`), None for the plain fusion; ``conv``: id ->
+    conversation (:func:`conversation_map`) for the context stage's hold."""
     vh, th, meta, now, tmax = cap
-    return [id_to_doc[f.id] for f in fuse(vh, th, meta, now, w, text_max=tmax,
-                                          neighbours=near)[:k]]
+    kw = {"neighbours": near} if near is None else {"neighbours": near, "conversations": conv}
+    return [id_to_doc[f.id] for f in fuse(vh, th, meta, now, w, text_max=tmax, **kw)[:k]]
+
+
+def conversation_map(docs: list[Any]) -> dict[Any, Any]:
+    """id -> (scope, run_id) for the stored rows with a ``run_id`` (what
+    :func:`mnemovault.store.neighbours.conversations` tells recall)."""
+    return {d[0]: (d[1], d[7]) for d in docs if d[7] is not None}
 
 
 def neighbour_map(docs: list[Any], window: int, gap_seconds: float) -> dict[Any, Any]:
@@ -479,6 +498,7 @@ def evaluate(corpus: Corpus, live: dict[str, Any], quick: bool) -> dict[str, Any
 
     import bm25s
     import numpy as np
+    from locomo_recall import session_of
 
     from mnemovault.recall.ranking import FusionWeights, fuse
 
@@ -490,6 +510,7 @@ def evaluate(corpus: Corpus, live: dict[str, Any], quick: bool) -> dict[str, Any
     doc_meta = {d[0]: (d[5], False) for d in live["docs"]}
     caps = [(c[0], c[1], {**doc_meta, **c[2]}, c[3], c[4]) if c else None
             for c in live["captures"]]
+    conv = conversation_map(live["docs"])
     near = neighbour_map(live["docs"], MAX_WINDOW, gap)
     near_no_gap = neighbour_map(live["docs"], MAX_WINDOW, float("inf"))
     ctx = near if context_on else None
@@ -508,6 +529,8 @@ def evaluate(corpus: Corpus, live: dict[str, Any], quick: bool) -> dict[str, Any
     ablation = {
         "context_one_turn_symmetric_0.5": (one_turn, near),
         "context_without_time_gap": (w, near_no_gap),
+        # the rule before the hold: loans lift turns past other conversations' first hits
+        "context_without_hold": (dataclasses.replace(w, context_hold=False), near),
         "vector_only_with_context": (dataclasses.replace(w, text=0.0), near),
         "text_only_with_context": (dataclasses.replace(w, vector=0.0), near),
     }
@@ -515,7 +538,7 @@ def evaluate(corpus: Corpus, live: dict[str, Any], quick: bool) -> dict[str, Any
     mismatches = 0
     for cap, live_ids in zip(caps, live["live"], strict=True):
         for name, (vw, nb) in (*variants.items(), *ablation.items()):
-            ranked[name].append(replay(cap, vw, fuse, id_to_doc, 20, nb) if cap else [])
+            ranked[name].append(replay(cap, vw, fuse, id_to_doc, 20, nb, conv) if cap else [])
         if cap and ranked["fused"][-1] != [id_to_doc[i] for i in live_ids]:
             mismatches += 1
     # baselines
@@ -544,6 +567,12 @@ def evaluate(corpus: Corpus, live: dict[str, Any], quick: bool) -> dict[str, Any
                    if v not in ablation}
         sets[s]["ablation"] = {v: recall_at(qs, [ranked[v][i] for i in idx])
                                for v in ablation}
+        if s == "locomo":  # session recall@k, as bench/locomo_recall.py counts it
+            sets["locomo_session"] = {
+                v: recall_at(qs, [ranked[v][i] for i in idx], session_of) for v in ranked
+                if v not in ablation}
+            sets["locomo_session"]["ablation"] = {
+                v: recall_at(qs, [ranked[v][i] for i in idx], session_of) for v in ablation}
     # LoCoMo halves: choose on one, report on the other
     split: dict[str, Any] = {}
     lidx = [i for i, q in enumerate(corpus.queries) if q.set == "locomo"]
@@ -559,9 +588,17 @@ def evaluate(corpus: Corpus, live: dict[str, Any], quick: bool) -> dict[str, Any
 
         def r10(ws: Any, idx: list[int]) -> float:
             qs = [corpus.queries[i] for i in idx]
-            rk = [replay(caps[i], ws, fuse, id_to_doc, 10, near) for i in idx]
+            rk = [replay(caps[i], ws, fuse, id_to_doc, 10, near, conv) for i in idx]
             return float(recall_at(qs, rk)["@10"] or 0.0)
 
+        # each half's figures, turn and session level, for the fusion and its parts
+        for h in "AB":
+            qs = [corpus.queries[i] for i in halves[h]]
+            split[f"half_{h}"] = {
+                level: {v: recall_at(qs, [ranked[v][i] for i in halves[h]], unit)
+                        for v in ("fused", "no_context", "vector_only", "text_only",
+                                  "context_without_hold", "bm25", "dense")}
+                for level, unit in (("turn", None), ("session", session_of))}
         scored = {h: [r10(g, halves[h]) for g in grid] for h in "AB"}
         for pick, report in (("A", "B"), ("B", "A")):
             best = max(range(len(grid)), key=lambda j: scored[pick][j])
@@ -574,8 +611,8 @@ def evaluate(corpus: Corpus, live: dict[str, Any], quick: bool) -> dict[str, Any
                            "context_window": g.context_window},
                 f"turn_recall@10_on_{pick}": round(scored[pick][best], 4),
                 f"on_{report}": {
-                    "chosen": recall_at(qs, [replay(caps[i], g, fuse, id_to_doc, 20, near)
-                                             for i in halves[report]]),
+                    "chosen": recall_at(qs, [replay(caps[i], g, fuse, id_to_doc, 20, near,
+                                                    conv) for i in halves[report]]),
                     "default": recall_at(qs, [ranked["fused"][i] for i in halves[report]]),
                     "no_context": recall_at(qs, [ranked["no_context"][i]
                                                  for i in halves[report]]),
@@ -583,6 +620,9 @@ def evaluate(corpus: Corpus, live: dict[str, Any], quick: bool) -> dict[str, Any
                                                   for i in halves[report]]),
                     "text_only": recall_at(qs, [ranked["text_only"][i]
                                                 for i in halves[report]]),
+                    "chosen_session": recall_at(
+                        qs, [replay(caps[i], g, fuse, id_to_doc, 20, near, conv)
+                             for i in halves[report]], session_of),
                 }}
         split["grid"] = {"text": GRID_TEXT, "gate_low_high": GRID_GATE,
                          "context_after": GRID_AFTER, "context_before": GRID_BEFORE,
@@ -594,8 +634,9 @@ def evaluate(corpus: Corpus, live: dict[str, Any], quick: bool) -> dict[str, Any
                          "configured fusion")
     checks = {}
     for s, m in sets.items():
-        for k in (5, 10):
-            parts = max(m["vector_only"][f"@{k}"], m["text_only"][f"@{k}"])
+        for k in (5, 10):  # the parts: each side alone, and the fusion without context
+            parts = max(m["vector_only"][f"@{k}"], m["text_only"][f"@{k}"],
+                        m["no_context"][f"@{k}"])
             checks[f"{s}@{k}"] = {"fused": m["fused"][f"@{k}"], "best_part": parts,
                                   "ok": m["fused"][f"@{k}"] >= parts - 0.01}
     # the issue's targets: never more than a point below the better part at k = 5 and 10;
@@ -608,6 +649,14 @@ def evaluate(corpus: Corpus, live: dict[str, Any], quick: bool) -> dict[str, Any
         if name.startswith("chosen_on_"):
             held = next(v for k, v in half.items() if k.startswith("on_"))
             targets[f"{name}@10>=0.72"] = (held["chosen"]["@10"] or 0.0) >= 0.72
+    for h in ("A", "B"):  # and on each LoCoMo half, turn and session level
+        for level, m in split.get(f"half_{h}", {}).items():
+            for k in (5, 10):
+                parts = max(m[v][f"@{k}"] for v in ("vector_only", "text_only", "no_context"))
+                checks[f"locomo_{h}_{level}@{k}"] = {
+                    "fused": m["fused"][f"@{k}"], "best_part": parts,
+                    "ok": m["fused"][f"@{k}"] >= parts - 0.01}
+    targets["never_loses_to_parts"] = all(c["ok"] for c in checks.values())
     targets["replay_matches_live"] = mismatches == 0
     return {"ok": all(targets.values()), "targets": targets,
             "sets": sets, "locomo_split": split, "never_loses_to_parts": checks,

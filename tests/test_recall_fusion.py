@@ -143,6 +143,9 @@ def test_the_gate_thresholds_are_settings(vault: MemoryVault) -> None:
 # -- conversation context (neighbours in remembered order) ----------------------------------
 
 CTX = FusionWeights(recency=0.0)
+# every candidate and neighbour of these tests in one conversation: the loans themselves,
+# with no other conversation for the hold to keep in place
+ONE = {i: "chat-1" for i in (*IDS, uuid.UUID(int=98), uuid.UUID(int=99))}
 
 
 def test_context_lends_to_the_turn_after_a_strong_hit() -> None:
@@ -151,7 +154,7 @@ def test_context_lends_to_the_turn_after_a_strong_hit() -> None:
     plain = fuse(VEC, TXT, meta, NOW, CTX, text_max=20.0)
     top = plain[0]
     fused = fuse(VEC, TXT, meta, NOW, CTX, text_max=20.0,
-                 neighbours={top.id: [(after, 1)]})
+                 neighbours={top.id: [(after, 1)]}, conversations=ONE)
     got = {f.id: f for f in fused}
     assert got[after].score == pytest.approx(CTX.context_after * top.score)
     assert got[after].vector_rank is None and got[after].text_rank is None
@@ -167,7 +170,7 @@ def test_context_offsets_decay_and_the_largest_loan_wins() -> None:
     s0, s1 = plain[0].score, plain[1].score
     near = {plain[0].id: [(a, -2), (b, 1)], plain[1].id: [(b, -1)]}
     got = {f.id: f.score for f in fuse(VEC, TXT, META, NOW, CTX, text_max=20.0,
-                                       neighbours=near)}
+                                       neighbours=near, conversations=ONE)}
     assert got[a] == pytest.approx(CTX.context_before * s0 * CTX.context_decay)
     assert got[b] == pytest.approx(max(CTX.context_after * s0, CTX.context_before * s1))
 
@@ -214,14 +217,21 @@ def test_recall_raises_the_reply_next_to_a_strong_hit(vault: MemoryVault,
     q = "Which place with a lighthouse did Ana ask about?"
     off = vault.settings.model_copy(update={"recall_context": False})
     plain = MemoryVault(vault.db, vault.embedder, off, vault.keyring)
-    before = [h.memory.content for h in plain.recall(q, scope="ctx", k=3, principal=who)]
-    after_hits = vault.recall(q, scope="ctx", k=3, principal=who)
+    # k = 6: the notes are hits of their own (no conversation); the reply to the lead may
+    # pass those below the five anchors, not the anchors (the hold, ranking.py)
+    before = [h.memory.content for h in plain.recall(q, scope="ctx", k=6, principal=who)]
+    after_hits = vault.recall(q, scope="ctx", k=6, principal=who)
     after = [h.memory.content for h in after_hits]
     assert before[0] == after[0] == turns[1]          # the lexical hit
     assert turns[2] not in before                      # its reply: no shared words
     assert turns[2] in after                           # lent by its neighbour
     reply = next(h for h in after_hits if h.memory.content == turns[2])
     assert reply.score < after_hits[0].score
+    # the hold: the notes among the plain top five (each a conversation of its own) keep
+    # their places above the lent reply
+    notes = [c for c in before[:5] if c not in turns]
+    assert notes
+    assert all(after.index(c) <= before.index(c) < after.index(turns[2]) for c in notes)
 
 
 def test_context_off_restores_the_plain_ranking(vault: MemoryVault, tenant: str) -> None:
@@ -329,5 +339,76 @@ def test_context_loans_follow_the_lexical_gate() -> None:
     w = dataclasses.replace(CTX, gate_low=0.1, gate_high=0.3)
     plain = fuse(VEC, TXT, meta, NOW, w, text_max=45.0)
     half = {f.id: f.score for f in fuse(VEC, TXT, meta, NOW, w, text_max=45.0,
-                                        neighbours={plain[0].id: [(after, 1)]})}
+                                        neighbours={plain[0].id: [(after, 1)]},
+                                        conversations=ONE)}
     assert half[after] == pytest.approx(0.5 * w.context_after * plain[0].score)
+
+
+# -- the hold: a loan costs no other conversation its place -------------------------------
+
+def _held(w: FusionWeights, conversations: dict[uuid.UUID, str] | None,
+          near: dict[uuid.UUID, list[tuple[uuid.UUID, int]]]) -> list[uuid.UUID]:
+    meta = {**META, uuid.UUID(int=98): META[IDS[0]], uuid.UUID(int=99): META[IDS[0]]}
+    return [f.id for f in fuse(VEC, TXT, meta, NOW, w, text_max=20.0, neighbours=near,
+                               conversations=conversations)]
+
+
+def test_hold_keeps_a_lent_turn_below_other_conversations_first_hits() -> None:
+    # plain order 3, 2, 0, 1, 4 (scores 0.70, 0.47, 0.30, 0.20, 0.16); the lead (3) and 1
+    # are turns of "a", 2 and 4 of "b", 0 of "c"; the turn before the lead (98, no
+    # candidate) borrows 0.4 * 0.7 = 0.28
+    before = uuid.UUID(int=98)
+    conv = {IDS[3]: "a", IDS[1]: "a", before: "a", IDS[2]: "b", IDS[4]: "b", IDS[0]: "c"}
+    near = {IDS[3]: [(before, -1)]}
+    free = _held(dataclasses.replace(CTX, context_hold=False), conv, near)
+    assert free == [IDS[3], IDS[2], IDS[0], before, IDS[1], IDS[4]]  # the rule before
+    # it passes a turn of its own conversation (1) and a second hit of "b" (4)
+    assert _held(CTX, conv, near) == free
+    # 4 the first hit of a conversation "d": the lent turn stays below it
+    held = _held(CTX, {**conv, IDS[4]: "d"}, near)
+    assert held == [IDS[3], IDS[2], IDS[0], IDS[1], IDS[4], before]
+
+
+def test_hold_lets_the_lead_reply_pass_first_hits_below_the_anchors() -> None:
+    after, before = uuid.UUID(int=99), uuid.UUID(int=98)
+    conv = {IDS[3]: "a", after: "a", before: "a", IDS[2]: "b", IDS[0]: "c", IDS[1]: "e",
+            IDS[4]: "d"}
+    near = {IDS[3]: [(before, -1), (after, 1)]}
+    w = dataclasses.replace(CTX, context_anchors=2)  # anchors 3 and 2 (plain order)
+    got = _held(w, conv, near)
+    # the reply (0.6 * 0.7 = 0.42) passes 0 and 1, first hits below the anchors, not 2;
+    # the turn before (0.28) stays below every other conversation's first hit
+    assert got[:3] == [IDS[3], IDS[2], after]
+    assert got.index(before) > got.index(IDS[4])
+    # with every memory an anchor, the reply stays below them all
+    everyone = _held(CTX, conv, near)
+    assert everyone.index(after) > everyone.index(IDS[4])
+
+
+def test_hold_a_first_hit_below_the_anchors_gives_up_one_place() -> None:
+    # plain 3, 2, 0, 1, 4 (0.70, 0.47, 0.30, 0.20, 0.16); anchors 3 ("a") and 2 ("b");
+    # 98 the turn before 3 borrows 0.4 * 0.70 = 0.28, 99 the turn before 2 borrows
+    # 0.4 * 0.47 = 0.19; 0, 1 and 4 are the first hits of "c", "e" and "d", below the anchors
+    before3, before2 = uuid.UUID(int=98), uuid.UUID(int=99)
+    conv = {IDS[3]: "a", before3: "a", IDS[2]: "b", before2: "b", IDS[0]: "c", IDS[1]: "e",
+            IDS[4]: "d"}
+    near = {IDS[3]: [(before3, -1)], IDS[2]: [(before2, -1)]}
+    w = dataclasses.replace(CTX, context_anchors=2)
+    free = _held(dataclasses.replace(w, context_hold=False), conv, near)
+    assert free == [IDS[3], IDS[2], IDS[0], before3, IDS[1], before2, IDS[4]]
+    # the stronger loan (98) takes the one place that 1 and 4 each give up; 99 would pass
+    # 4 too, with no place left: it stays below it
+    assert _held(w, conv, near) == [IDS[3], IDS[2], IDS[0], before3, IDS[1], IDS[4], before2]
+    # neither passes an anchor: with three anchors 0 keeps its place above both
+    w3 = dataclasses.replace(CTX, context_anchors=3)
+    assert _held(w3, conv, near)[:3] == [IDS[3], IDS[2], IDS[0]]
+
+
+def test_hold_without_conversations_trusts_only_the_neighbour_lists() -> None:
+    # no conversation map: a candidate that is no listed neighbour is a conversation of its
+    # own, so the lent turn stays below all first hits above it
+    before = uuid.UUID(int=98)
+    got = _held(CTX, None, {IDS[3]: [(before, -1)]})
+    assert got[-1] == before
+    # with one conversation for all, the loan is the score (no hold)
+    assert _held(CTX, ONE, {IDS[3]: [(before, -1)]}).index(before) == 3

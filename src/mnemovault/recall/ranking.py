@@ -60,6 +60,44 @@ and Pitkow, "Characterizing browsing strategies in the World-Wide Web", 1995, 25
 (or with ``context_after = context_before = 0``) the ranking is the plain fusion. Rows
 sealed before migration 0021 hold no run-id hash and so take no part.
 
+The hold (``context_hold``, on): a loan may reorder turns, but it may not cost another
+conversation its place. The first hit of each conversation in the plain fusion
+(``conversations``: the candidates' conversation keys, a memory without one a conversation
+of its own) keeps its place against the turns of *other* conversations that took a loan
+while it is among the ``context_anchors`` best, and gives up at most one place to them
+below: the lent turns are placed strongest first, and one that would pass a first hit with
+no place left to give stays just below it. A lent turn passes freely the turns of its own
+conversation and the second and later hits of a conversation already represented higher
+up. So every conversation the plain fusion reaches in its top ``j`` is still reached in the
+top ``j`` for ``j`` up to ``context_anchors`` (session recall@5 is the plain fusion's), and
+in the top ``j + 1`` below. Why: without the hold the neighbours of five anchors (up to four
+each) flood the head of the ranking with turns of conversations already in it and push the
+first hits of others down, so the ranking reached fewer conversations than its own parts
+did: on LoCoMo (where a conversation is a session) session recall@5 / @10 fell to 0.815 /
+0.879 against 0.845 / 0.905 without the context stage and 0.845 / 0.897 for the lexical
+side alone, while turn recall@10 rose from 0.680 to 0.763. The rule was chosen among
+structural variants (no hold; the strict hold for every lent turn; only the reply of each
+anchor, or of the lead, or every neighbour of the lead, let past first hits, below the
+anchors or everywhere; at most one, two or three places given up by a first hit below the
+anchors, or anywhere; at most one or two lent turns per conversation), compared by
+replaying this function on the bench's captured candidate lists
+(``bench/_hold_variants.py`` prints each), on LoCoMo half A (the
+first five conversations: the largest turn recall@10 with fused at least the best of no
+context, vector and text minus 0.01 at @5 and @10, turn and session level) and reported on
+half B: B turn 0.589 / 0.713 (@5 / @10; no context 0.592 / 0.664, text 0.558 / 0.634,
+vector 0.457 / 0.573), session 0.844 / 0.889 (no context 0.844 / 0.894, text 0.837 /
+0.891, vector 0.762 / 0.843); on A turn 0.603 / 0.753, session 0.847 / 0.908 (no context
+0.847 / 0.917, text 0.853 / 0.902). Two places below the anchors would gain turn recall
+(A 0.766, B 0.730 at @10) and lose session recall (A 0.903, B 0.883 at @10: both more than
+a point under the best part). Chosen on B instead, the rule would let every neighbour of
+the lead past the first hits below the anchors (turn@10 0.729 on B), which on A falls 0.006
+short at session@10 (0.901 against 0.917 - 0.01). The price is turn recall: LoCoMo
+turn@10 0.733 (0.763 without the hold), turn@5 0.596 (0.649): most of what the loans gained
+at the very head was bought with other sessions' places. MADial-Bench and the preference
+set carry no ``run_id``, so neither the loans nor the hold touch them
+(``bench/results/recall_eval.json``: ``locomo_split.half_A`` / ``half_B``,
+``never_loses_to_parts``).
+
 Then a recency term ``w_r · 2^(-age / half_life)`` and a pin bonus are added; last, a
 librarian fact (:mod:`mnemovault.librarian`) is lifted to the best score of its ranked
 sources plus its stored ``rank_boost``, so it ranks above them until it fades. The defaults
@@ -69,9 +107,9 @@ with both query protocols, the preference set) by more than a point at k = 5 and
 LoCoMo alone prefers the gate open wider (its split halves pick ``gate_low = 0``,
 ``gate_high = 0.15``), which costs the preference set. The context defaults (after 0.6,
 before 0.4, two turns each way, decay 0.7, five anchors) were chosen the same way: on
-LoCoMo's held-out halves they add about 9 points of turn recall@10, and with the gate
-closed they leave MADial-Bench and the preference set as they were
-(``bench/results/recall_eval.json``).
+LoCoMo's held-out halves they added about 9 points of turn recall@10 before the hold and
+add about 5 with it (0.680 to 0.733 overall), and with the gate closed they leave
+MADial-Bench and the preference set as they were (``bench/results/recall_eval.json``).
 
 An optional :class:`Reranker` (for example a cross-encoder the deployer has on disk) can
 re-score the fused head; none is loaded by default and nothing is downloaded.
@@ -81,7 +119,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
@@ -103,6 +141,7 @@ class FusionWeights:
     context_window: int = 2
     context_decay: float = 0.7
     context_anchors: int = 5
+    context_hold: bool = True  # the loans cost no conversation its place (docstring)
 
     @property
     def context(self) -> bool:
@@ -163,6 +202,7 @@ def fuse(
     *,
     text_max: float | None = None,
     neighbours: Mapping[uuid.UUID, Sequence[tuple[uuid.UUID, int]]] | None = None,
+    conversations: Mapping[uuid.UUID, Hashable] | None = None,
     boosts: Mapping[uuid.UUID, tuple[float, Sequence[uuid.UUID]]] | None = None,
 ) -> list[Fused]:
     """Fuse the two candidate lists into one ranking, best first (ties broken by id).
@@ -180,6 +220,12 @@ def fuse(
             first ``w.context_anchors`` of the plain fusion; their neighbours join the ranking
             with the conversation-context loan (module docstring; ``meta`` should hold
             them too, else they count as created ``now``). None: no context stage.
+        conversations: memory id -> its conversation (any key equal for the memories of
+            one conversation: the ``conversation`` column, the run id) for the candidates
+            and neighbours that have one, for the hold of the context stage (module
+            docstring); a memory missing from it is a conversation of its own. None: an
+            anchor and its ``neighbours`` are one conversation, every other memory one of
+            its own.
         boosts: id -> (the memory's stored ``rank_boost``, the memories it was derived
             from): the librarian's consolidated facts (:mod:`mnemovault.librarian`). Such
             a fact scores the best of its own score and its ranked sources' scores, plus
@@ -219,9 +265,13 @@ def fuse(
         return r + (w.pin if pinned else 0.0)
 
     extras = {mid: extra(mid) for mid in out}
+    lent: dict[uuid.UUID, float] = {}
+    plain_ids: list[uuid.UUID] = []
     if neighbours is not None and w.context:
         plain = sorted(out.values(), key=lambda f: (-(f.score + extras[f.id]), f.id))
-        for nid, loan in _loans(plain[:w.context_anchors], neighbours, w, share).items():
+        plain_ids = [f.id for f in plain]
+        lent = _loans(plain[:w.context_anchors], neighbours, w, share)
+        for nid, loan in lent.items():
             f = out.get(nid)
             if f is None:
                 out[nid] = Fused(nid, loan, None, None, None)
@@ -230,6 +280,8 @@ def fuse(
                 f.score += loan
     for f in out.values():
         f.score += extras[f.id]
+    if lent and w.context_hold and neighbours is not None:
+        _hold(out, plain_ids, lent, neighbours, conversations, w)
     if boosts:
         _lift(out, boosts)
     return sorted(out.values(), key=lambda f: (-f.score, f.id))
@@ -263,6 +315,49 @@ def _loans(anchors: Sequence[Fused],
             if loan > loans.get(nid, 0.0):
                 loans[nid] = loan
     return loans
+
+
+def _hold(out: dict[uuid.UUID, Fused], plain: Sequence[uuid.UUID],
+          lent: Mapping[uuid.UUID, float],
+          neighbours: Mapping[uuid.UUID, Sequence[tuple[uuid.UUID, int]]],
+          conversations: Mapping[uuid.UUID, Hashable] | None, w: FusionWeights) -> None:
+    """The hold of the context stage (module docstring), on the final scores in ``out``.
+    The first hit of each conversation in the plain fusion (``plain``, its ids best first)
+    may be passed by no memory of another conversation that took a loan (``lent``) while it
+    is among the first ``w.context_anchors``, and by at most one below them. The lent
+    memories are placed strongest first; one that would pass a first hit with no place left
+    to give stays just below it. A memory never in ``plain`` counts as ranked last."""
+    if conversations is None:  # what the neighbours say: an anchor and its turns
+        conv: dict[uuid.UUID, Hashable] = {}
+        for a, near in neighbours.items():
+            key = conv.setdefault(a, ("anchor", a))
+            for nid, _ in near:
+                conv.setdefault(nid, key)
+        conversations = conv
+
+    def of(mid: uuid.UUID) -> Hashable:
+        c = conversations.get(mid)
+        return ("memory", mid) if c is None else ("conversation", c)
+
+    pos = {mid: i for i, mid in enumerate(plain)}
+    firsts: list[tuple[int, uuid.UUID, Hashable]] = []  # each conversation's first hit
+    seen: set[Hashable] = set()
+    for i, mid in enumerate(plain):
+        c = of(mid)
+        if c not in seen:
+            seen.add(c)
+            firsts.append((i, mid, c))
+    places = {r: (0 if i < w.context_anchors else 1) for i, r, _ in firsts}
+    last = len(plain)
+    for mid in sorted(lent, key=lambda m: (-out[m].score, m)):  # strongest first
+        at, mine = pos.get(mid, last), of(mid)
+        others = [r for i, r, c in firsts if i < at and c != mine]
+        bound = min((out[r].score for r in others if places[r] <= 0), default=math.inf)
+        if out[mid].score >= bound:
+            out[mid].score = math.nextafter(bound, -math.inf)
+        for r in others:
+            if out[r].score < out[mid].score:
+                places[r] -= 1
 
 
 def rerank(fused: list[Fused], texts: dict[uuid.UUID, str], query: str,

@@ -136,15 +136,19 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
         fused = fuse(vh, th, meta, now, w, text_max=tmax, boosts=boost)
         if rt.settings.recall_context and w.context and fused:
             # conversation context: the best hits' neighbours in remembered order
+            # the candidates' conversations: the anchors', and the hold's (ranking.py)
+            conv = neighbours.conversations(conn, where, params, list(meta))
             nrows = neighbours.adjacent(
                 conn, where, params, [(x.id, meta[x.id][0]) for x in fused[:w.context_anchors]],
                 window=w.context_window,
-                max_gap=timedelta(seconds=rt.settings.recall_context_gap_seconds))
+                max_gap=timedelta(seconds=rt.settings.recall_context_gap_seconds), known=conv)
             near: dict[Any, list[tuple[Any, int]]] = {}
             for r in nrows:
                 near.setdefault(r["anchor"], []).append((r["id"], int(r["offset"])))
                 meta.setdefault(r["id"], (r["created_at"], r["pinned"]))
-            fused = fuse(vh, th, meta, now, w, text_max=tmax, neighbours=near, boosts=boost)
+                conv.setdefault(r["id"], conv[r["anchor"]])  # a turn of its anchor's
+            fused = fuse(vh, th, meta, now, w, text_max=tmax, neighbours=near,
+                         conversations=conv, boosts=boost)
         reranker = rerankers.configured(rt.settings)
         if reranker is not None and fused:
             depth = max(k, rt.settings.recall_rerank_depth)

@@ -23,22 +23,35 @@ from typing import Any
 import psycopg
 
 
+def conversations(conn: psycopg.Connection[Any], where: str, params: dict[str, Any],
+                  ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """id -> conversation (the keyed hash of its ``run_id``) for those of ``ids`` among the
+    rows of ``where`` that are turns of one (no fact, a ``run_id``); one lookup by primary
+    key."""
+    if not ids:
+        return {}
+    return {r["id"]: r["conversation"] for r in conn.execute(
+        f"SELECT id, conversation FROM memories WHERE {where} AND id = ANY(%(nb_ids)s) "
+        "AND type <> 'fact' AND conversation IS NOT NULL",
+        {**params, "nb_ids": ids}).fetchall()}
+
+
 def adjacent(conn: psycopg.Connection[Any], where: str, params: dict[str, Any],
              anchors: list[tuple[uuid.UUID, datetime]], *, window: int,
-             max_gap: timedelta) -> list[dict[str, Any]]:
+             max_gap: timedelta, known: dict[uuid.UUID, str] | None = None
+             ) -> list[dict[str, Any]]:
     """For each ``(id, created_at)`` anchor that has a ``run_id``, up to ``window`` rows on
     each side of it in ``(created_at, id)`` order among the rows of ``where``
     (:func:`mnemovault.store.search.filter_sql`: the same scope and filters as the recall)
     with the same ``run_id``, created at most ``max_gap`` before or after it (module
     docstring). Rows: ``anchor``, ``id``, ``created_at``, ``pinned`` and ``offset`` (-1 the
-    row just before, +1 just after, ...); none for an anchor without a ``run_id``."""
+    row just before, +1 just after, ...); none for an anchor without a ``run_id``.
+    ``known``: :func:`conversations` of (at least) the anchors, if the caller has it."""
     if not anchors or window <= 0:
         return []
     # the anchors' conversations (by primary key): none, no second query
-    conv = {r["id"]: r["conversation"] for r in conn.execute(
-        f"SELECT id, conversation FROM memories WHERE {where} AND id = ANY(%(nb_ids)s) "
-        "AND type <> 'fact' AND conversation IS NOT NULL",
-        {**params, "nb_ids": [a for a, _ in anchors]}).fetchall()}
+    conv = (known if known is not None
+            else conversations(conn, where, params, [a for a, _ in anchors]))
     anchors = [(a, t) for a, t in anchors if a in conv]
     if not anchors:
         return []
