@@ -77,10 +77,10 @@ def main(argv: list[str]) -> int:
 
     def variant(cap: Any, places: float, below: float, exempt: str) -> list[Any]:
         vh, th, meta, now, tmax = cap
-        plain = [f.id for f in fuse(vh, th, meta, now, w, text_max=tmax)]
+        ranked = fuse(vh, th, meta, now, w, text_max=tmax)
+        plain, base = [f.id for f in ranked], {f.id: f.score for f in ranked}
         score = {f.id: f.score for f in fuse(vh, th, meta, now, free, text_max=tmax,
                                              neighbours=near, conversations=conv)}
-        base = {f.id: f.score for f in fuse(vh, th, meta, now, w, text_max=tmax)}
         pos = {m: i for i, m in enumerate(plain)}
         lent = [m for m in score if m not in base or score[m] > base[m] + 1e-15]
         firsts, seen = [], set()

@@ -382,8 +382,8 @@ def replay(cap: Any, w: Any, fuse: Any, id_to_doc: dict[Any, str], k: int,
     (every stored row's, :func:`neighbour_map`), None for the plain fusion; ``conv``: id ->
     conversation (:func:`conversation_map`) for the context stage's hold."""
     vh, th, meta, now, tmax = cap
-    kw = {"neighbours": near} if near is None else {"neighbours": near, "conversations": conv}
-    return [id_to_doc[f.id] for f in fuse(vh, th, meta, now, w, text_max=tmax, **kw)[:k]]
+    return [id_to_doc[f.id] for f in fuse(vh, th, meta, now, w, text_max=tmax, neighbours=near,
+                                          conversations=conv)[:k]]
 
 
 def conversation_map(docs: list[Any]) -> dict[Any, Any]:

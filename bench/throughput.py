@@ -473,12 +473,8 @@ def bare_query(vault: Any, qvec: Any, *, exact: bool) -> tuple[float, list[Any]]
 def dense_baseline(vault: Any, query: str) -> float:
     """Issue 27's plain dense baseline, end to end: encode the query, then exact cosine over
     the scope (:data:`EXACT_SQL`, index scans off) in a transaction of its own."""
-    tenant = vault.settings.tenant
     t = time.perf_counter()
-    qvec = vault.embedder.embed([query])[0]
-    with vault.db.transaction(tenant) as conn:
-        conn.execute("SET LOCAL enable_indexscan = off")
-        conn.execute(EXACT_SQL, (BENCH_SCOPE, qvec)).fetchall()
+    bare_query(vault, vault.embedder.embed([query])[0], exact=True)
     return time.perf_counter() - t
 
 
