@@ -121,18 +121,25 @@ def sign_in(b: Any, token: str, *, ok: bool = True) -> None:
     box.send_keys(token)
     box.send_keys(Keys.ENTER)
     if ok:
-        WebDriverWait(b, 20).until(lambda d: "/signin" not in d.current_url)
+        until(b, 20, lambda d: "/signin" not in d.current_url)
         # the page the sign-in lands on, loaded whole before a test looks for its parts
         # (a loaded machine renders it later than the URL changes)
-        WebDriverWait(b, 20).until(
+        until(b, 20,
             lambda d: d.execute_script("return document.readyState") == "complete")
     else:
-        WebDriverWait(b, 20).until(lambda d: flash(d))
+        until(b, 20, lambda d: flash(d))
 
 
 def sign_out(b: Any) -> None:
     b.find_element(By.CSS_SELECTOR, "form[action$='/signout'] button").click()
-    WebDriverWait(b, 20).until(lambda d: d.current_url.endswith("/console/signin"))
+    until(b, 20, lambda d: d.current_url.endswith("/console/signin"))
+
+
+def until(b: Any, seconds: float, condition: Callable[[Any], Any]) -> Any:
+    """Wait for ``condition(b)`` to be truthy, reading it again when an element it read was
+    replaced in between (a page being navigated: StaleElementReferenceException)."""
+    return WebDriverWait(b, seconds, ignored_exceptions=(StaleElementReferenceException,)
+                         ).until(condition)
 
 
 def flash(b: Any) -> str:
@@ -207,16 +214,16 @@ def test_approve_and_reject_record_the_reviewer_and_self_approval_is_refused(
     item = b.find_element(By.ID, f"item-{good.id}")
     item.find_element(By.NAME, "comment").send_keys("matches the timetable")
     item.find_element(By.CSS_SELECTOR, "button.approve").click()
-    WebDriverWait(b, 20).until(lambda d: "approved" in flash(d))
+    until(b, 20, lambda d: "approved" in flash(d))
     assert f"reviewer key:{admin.key_id}" in flash(b)
     assert status_of(vault, tenant, good.id) == "active"
     b.find_element(By.ID, f"item-{bad.id}").find_element(By.CSS_SELECTOR,
                                                          "button.reject").click()
-    WebDriverWait(b, 20).until(lambda d: "rejected" in flash(d))
+    until(b, 20, lambda d: "rejected" in flash(d))
     assert status_of(vault, tenant, bad.id) is None
     b.find_element(By.ID, f"item-{own.id}").find_element(By.CSS_SELECTOR,
                                                          "button.approve").click()
-    WebDriverWait(b, 20).until(lambda d: "separation of duties" in flash(d))
+    until(b, 20, lambda d: "separation of duties" in flash(d))
     assert status_of(vault, tenant, own.id) == "pending_review"
     rows = [json.loads(line) for line in
             b"".join(vault.audit.export(vault.principal(tenant))).splitlines()]
@@ -244,7 +251,7 @@ def test_keyboard_navigation_through_the_review_queue(b: Any, vault: MemoryVault
     b.switch_to.active_element.send_keys(Keys.TAB)
     assert b.switch_to.active_element.text == "Approve"
     b.switch_to.active_element.send_keys(Keys.ENTER)
-    WebDriverWait(b, 20).until(lambda d: "approved" in flash(d))
+    until(b, 20, lambda d: "approved" in flash(d))
     assert status_of(vault, tenant, ids[0]) == "active"
     assert status_of(vault, tenant, ids[1]) == "pending_review"
 
@@ -261,12 +268,12 @@ def test_subject_erase_with_the_receipt_downloaded_and_verified(
     b.find_element(By.ID, "subject").send_keys("quinn")
     b.find_element(By.ID, "sscope").send_keys("s")
     b.find_element(By.CSS_SELECTOR, "form[action$='/subjects/lookup'] button").click()
-    WebDriverWait(b, 20).until(lambda d: d.find_elements(By.ID, "found"))
+    until(b, 20, lambda d: d.find_elements(By.ID, "found"))
     assert "quinn@example.org" not in b.page_source  # placeholders only
     shot(b, "subjects-1280")
     b.find_element(By.ID, "econfirm").send_keys("quinn")
     b.find_element(By.ID, "erase").click()
-    WebDriverWait(b, 20).until(lambda d: d.find_elements(By.ID, "erasure"))
+    until(b, 20, lambda d: d.find_elements(By.ID, "erasure"))
     assert vault.subjects.list("quinn", scope="s", principal=owner).items == []
     for f in downloads.glob("erasure-receipt-*"):
         f.unlink()
@@ -292,7 +299,7 @@ def test_audit_verify_on_a_good_log_and_after_a_row_was_tampered_with(
     go(b, "/console/audit")
     assert "signature ok" in b.find_element(By.ID, "checkpoint-ok").text
     b.find_element(By.ID, "verify").click()
-    WebDriverWait(b, 30).until(lambda d: d.find_elements(By.ID, "verify-result"))
+    until(b, 30, lambda d: d.find_elements(By.ID, "verify-result"))
     assert b.find_element(By.ID, "verify-result").text.startswith("VERIFIED")
     shot(b, "audit-1280")
     with owner_connection(vault.db.url, autocommit=True) as conn:
@@ -303,7 +310,7 @@ def test_audit_verify_on_a_good_log_and_after_a_row_was_tampered_with(
                      "WHERE tenant_id = %s AND seq = %s", (tenant, seq))
     go(b, "/console/audit")
     b.find_element(By.ID, "verify").click()
-    WebDriverWait(b, 30).until(lambda d: d.find_elements(By.ID, "verify-result"))
+    until(b, 30, lambda d: d.find_elements(By.ID, "verify-result"))
     text = b.find_element(By.ID, "verify-result").text
     assert text.startswith("FAILED") and str(seq) in text
     go(b, f"/console/audit?seq={seq}")
@@ -317,14 +324,14 @@ def test_tenant_delete_countdown_and_cancel(b: Any, vault: MemoryVault, tenant: 
     shot(b, "tenants-1280")
     b.find_element(By.ID, "dconfirm").send_keys(f"DELETE-{tenant}")
     b.find_element(By.ID, "delete-tenant").click()
-    WebDriverWait(b, 20).until(lambda d: d.find_elements(By.ID, "countdown"))
+    until(b, 20, lambda d: d.find_elements(By.ID, "countdown"))
     assert vault.tenants.status(tenant)["deleted"] is True
     first = b.find_element(By.ID, "countdown").text
-    WebDriverWait(b, 5).until(lambda d: d.find_element(By.ID, "countdown").text != first)
+    until(b, 5, lambda d: d.find_element(By.ID, "countdown").text != first)
     assert "days" in first  # the script counts the grace period down
     shot(b, "tenant-deleted-1280")
     b.find_element(By.ID, "cancel-delete").click()
-    WebDriverWait(b, 20).until(lambda d: "deletion cancelled" in flash(d))
+    until(b, 20, lambda d: "deletion cancelled" in flash(d))
     assert vault.tenants.status(tenant)["deleted"] is False
 
 
@@ -344,7 +351,7 @@ def test_csrf_refused_without_the_token_and_the_csp_holds(b: Any, vault: MemoryV
     item = b.find_element(By.ID, f"item-{held.id}")
     b.execute_script("arguments[0].querySelector('input[name=csrf]').remove()", item)
     item.find_element(By.CSS_SELECTOR, "button.approve").click()
-    WebDriverWait(b, 20).until(lambda d: d.find_element(By.TAG_NAME, "h1").text == "Refused")
+    until(b, 20, lambda d: d.find_element(By.TAG_NAME, "h1").text == "Refused")
     assert "csrf" in b.find_element(By.CSS_SELECTOR, ".flash.error").text
     assert status_of(vault, tenant, held.id) == "pending_review"
 
@@ -359,7 +366,7 @@ def test_an_owner_reveals_one_placeholder_with_a_click_audited(
     assert "tomas@example.org" not in b.page_source
     before = len(b"".join(vault.audit.export(vault.principal(tenant))).splitlines())
     item.find_element(By.CSS_SELECTOR, "form.reveal button").click()
-    WebDriverWait(b, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".revealed"))
+    until(b, 20, lambda d: d.find_elements(By.CSS_SELECTOR, ".revealed"))
     assert b.find_element(By.CSS_SELECTOR, ".revealed").text == "tomas@example.org"
     assert b.current_url.endswith("/console/review")  # in place: the page stayed
     rows = [json.loads(x) for x in
