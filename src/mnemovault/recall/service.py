@@ -17,6 +17,10 @@ filters, BM25's statistics are still those of the scope's live memories.
 
 from __future__ import annotations
 
+import contextvars
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -47,6 +51,29 @@ def candidate_count(configured: int, k: int) -> int:
     """Candidates per list: ``recall_candidates``, at least ``k``, at most
     :data:`HNSW_MAX_CANDIDATES` (what the index can return)."""
     return max(1, min(max(configured, k), HNSW_MAX_CANDIDATES))
+
+
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+_pool_lock = threading.Lock()
+EMBED_THREADS = 8
+"""Query embeddings in flight at once beside their recalls' SQL (per process)."""
+
+
+def _embed_beside(rt: Runtime, query: str) -> Future[Any]:
+    """The embedding of ``query``, computed on a worker thread while the caller goes on
+    with the SQL that needs only the query's text (the lexical candidates, the filters):
+    the embedder (torch, or a remote service) and the database each wait on their own,
+    so a recall costs about the longer of the two instead of their sum (issue 27, item 5).
+    The caller's context variables (request id, spans) go with it; an error of the
+    embedder is raised where the result is read. The pool is the process's own: one made
+    before a fork is not reused in the child, whose copy has no threads."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=EMBED_THREADS,
+                                                     thread_name_prefix="mv-recall-embed"))
+        pool = _pool[1]
+    return pool.submit(contextvars.copy_context().run, rt.embedder.embed, [query])
 
 
 def checked_time(value: datetime | str | None, field: str) -> datetime | None:
@@ -113,31 +140,35 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
         # the query, scope and subject as they would have been stored (placeholders)
         tr = pii.Translator(rt, conn, who.tenant)
         query = tr(query) or query
+        # the query's embedding runs beside the lexical side, which needs only the text
+        embedding = _embed_beside(rt, query)
         scope = tr(scope) or scope
         subject = tr(f.subject)
-        qvec = rt.embedder.embed([query])[0]
         where, params = filter_sql(who.tenant, scope, include_archived=f.include_archived,
                                    subject=subject, types=list(f.types or []),
                                    tags=pii.stored_tags(rt, conn, who.tenant,
                                                         list(f.tags or [])),
                                    since=f.since, until=f.until,
                                    statuses=visibility.recall_statuses(when), as_of=when)
-        vrows = vector_candidates(conn, qvec, where, params, n,
-                                  ef_search=rt.settings.hnsw_ef_search)
         key = lexical_terms.tenant_key(rt.pii, conn, who.tenant, create=False)
         trows = (text_candidates(conn, lexical_terms.query(key, query), where, params, n)
                  if key is not None else [])  # no secret yet: no keyed terms either
+        qvec = embedding.result()[0]
+        vrows = vector_candidates(conn, qvec, where, params, n,
+                                  ef_search=rt.settings.hnsw_ef_search)
         meta = {r["id"]: (r["created_at"], r["pinned"]) for r in (*vrows, *trows)}
         vh = [(r["id"], 1.0 - float(r["distance"])) for r in vrows]
         th = [(r["id"], float(r["score"])) for r in trows]
         now, w = datetime.now(UTC), rt.weights
         tmax = float(trows[0]["qmax"]) if trows else None
-        boost = store_librarian.boosts(conn, who.tenant, list(meta))  # librarian's facts
+        candidates = {r["id"]: r for r in (*vrows, *trows)}
+        boosted = [i for i, r in candidates.items() if r["rank_boost"]]  # librarian's facts
+        boost = store_librarian.boosts(conn, who.tenant, boosted) if boosted else {}
         fused = fuse(vh, th, meta, now, w, text_max=tmax, boosts=boost)
         if rt.settings.recall_context and w.context and fused:
             # conversation context: the best hits' neighbours in remembered order
             # the candidates' conversations: the anchors', and the hold's (ranking.py)
-            conv = neighbours.conversations(conn, where, params, list(meta))
+            conv = neighbours.conversations_of(candidates.values())
             nrows = neighbours.adjacent(
                 conn, where, params, [(x.id, meta[x.id][0]) for x in fused[:w.context_anchors]],
                 window=w.context_window,

@@ -17,6 +17,7 @@ they neither lend nor borrow here."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,6 +35,13 @@ def conversations(conn: psycopg.Connection[Any], where: str, params: dict[str, A
         f"SELECT id, conversation FROM memories WHERE {where} AND id = ANY(%(nb_ids)s) "
         "AND type <> 'fact' AND conversation IS NOT NULL",
         {**params, "nb_ids": ids}).fetchall()}
+
+
+def conversations_of(rows: Iterable[Mapping[str, Any]]) -> dict[uuid.UUID, str]:
+    """:func:`conversations` of rows that carry ``id``, ``type`` and ``conversation``
+    (recall's candidates, :data:`mnemovault.store.search.CANDIDATE_COLUMNS`): no query."""
+    return {r["id"]: r["conversation"] for r in rows
+            if r["type"] != "fact" and r["conversation"] is not None}
 
 
 def adjacent(conn: psycopg.Connection[Any], where: str, params: dict[str, Any],

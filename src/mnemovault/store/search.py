@@ -26,6 +26,16 @@ if TYPE_CHECKING:
 
 _STATUSES = ("active", "pending_review", "superseded")  # memories.status (migration 0001)
 
+CANDIDATE_COLUMNS = ("id", "created_at", "pinned", "type", "conversation", "rank_boost")
+"""What every candidate row carries beside its score: what the fusion reads (write time,
+pin), what the context stage reads (a turn of which conversation: ``type``,
+``conversation``, :mod:`mnemovault.store.neighbours`) and the librarian's ``rank_boost``,
+so that recall asks no second query about its candidates."""
+
+
+def _columns(alias: str = "") -> str:
+    return ", ".join(alias + c for c in CANDIDATE_COLUMNS)
+
 
 def filter_sql(tenant: str, scope: str, *, include_archived: bool = False,
                subject: str | None = None, types: list[str] | None = None,
@@ -83,7 +93,7 @@ def vector_candidates(
     ef_search: int = 100,
 ) -> list[dict[str, Any]]:
     """The ``n`` rows nearest to ``qvec`` by cosine distance that satisfy ``where``, nearest
-    first, as dicts with ``id``, ``created_at``, ``pinned`` and ``distance`` (in [0, 2]).
+    first, as dicts with the :data:`CANDIDATE_COLUMNS` and ``distance`` (in [0, 2]).
 
     Uses the HNSW index with pgvector's iterative index scans (``hnsw.iterative_scan =
     relaxed_order``, pgvector 0.8): when filters discard candidates the scan continues, so
@@ -97,7 +107,7 @@ def vector_candidates(
     conn.execute(f"SET LOCAL hnsw.ef_search = {ef}; "
                  "SET LOCAL hnsw.iterative_scan = relaxed_order")
     rows = conn.execute(
-        f"SELECT id, created_at, pinned, embedding <=> %(q)s AS distance FROM memories "
+        f"SELECT {_columns()}, embedding <=> %(q)s AS distance FROM memories "
         f"WHERE {where} ORDER BY embedding <=> %(q)s LIMIT %(n)s",
         {**params, "q": qvec, "n": n},
     ).fetchall()
@@ -128,7 +138,7 @@ def text_candidates_cd(
     if not qs:
         return []
     return conn.execute(
-        f"SELECT id, created_at, pinned FROM memories "
+        f"SELECT {_columns()} FROM memories "
         f"WHERE tsv @@ %(qs)s::tsquery AND {where} "
         f"ORDER BY ts_rank_cd(tsv, %(qs)s::tsquery) DESC, id LIMIT %(n)s",
         {**params, "qs": qs, "n": n},
@@ -353,7 +363,7 @@ part AS MATERIALIZED (
     GROUP BY x.memory_id
     ORDER BY score DESC, x.memory_id LIMIT %(n)s
 )
-SELECT m.id, m.created_at, m.pinned, s.score, %(qmax)s::float8 AS qmax,
+SELECT {columns}, s.score, %(qmax)s::float8 AS qmax,
        t.theta, (SELECT k FROM ncand) AS cands, (SELECT count(*) FROM part) AS parts
 FROM scored s JOIN memories m ON m.tenant_id = %(tenant)s AND m.id = s.memory_id
      CROSS JOIN theta t
@@ -361,7 +371,7 @@ ORDER BY s.score DESC, s.memory_id
 """
 
 _SEED_SQL = _SEED_SQL.replace("%(exact)s", _EXACT_SQL)
-_PASS_SQL = (_PASS_SQL.replace("%(exact)s", _EXACT_SQL)
+_PASS_SQL = (_PASS_SQL.replace("%(exact)s", _EXACT_SQL).replace("{columns}", _columns("m."))
              .replace("%(exact_ne)s", _EXACT_SQL.replace("JOIN a ON a.", "JOIN ne a ON a.")))
 
 
@@ -499,10 +509,10 @@ def _bm25(conn: psycopg.Connection[Any], where: str, params: dict[str, Any],
     WITH idf(lexeme, idf) AS (
         SELECT * FROM unnest(%(lexemes)s::text[], %(idfs)s::float8[])
     ), matched AS (
-        SELECT id, created_at, pinned, tsv, tsv_length::float8 AS dl
+        SELECT {_columns()}, tsv, tsv_length::float8 AS dl
         FROM memories WHERE tsv @@ %(tsq)s::tsquery AND {where}
     )
-    SELECT m.id, m.created_at, m.pinned, sum(w.c ORDER BY w.c) AS score,
+    SELECT {_columns("m.")}, sum(w.c ORDER BY w.c) AS score,
            %(qmax)s::float8 AS qmax
     FROM matched m
          CROSS JOIN LATERAL (
@@ -511,7 +521,7 @@ def _bm25(conn: psycopg.Connection[Any], where: str, params: dict[str, Any],
              FROM (SELECT u.lexeme, coalesce(array_length(u.positions, 1), 1)::float8 AS tf
                    FROM unnest(m.tsv) u) t
                   JOIN idf i ON i.lexeme = t.lexeme) w
-    GROUP BY m.id, m.created_at, m.pinned
+    GROUP BY {_columns("m.")}
     ORDER BY score DESC, m.id
     LIMIT %(n)s
     """
@@ -535,7 +545,7 @@ def text_candidates_recount(
         SELECT count(*)::float8 AS n, greatest(avg(tsv_length), 1)::float8 AS avgdl
         FROM memories WHERE {where}
     ), matched AS (
-        SELECT id, created_at, pinned, tsv, tsv_length::float8 AS dl
+        SELECT {_columns()}, tsv, tsv_length::float8 AS dl
         FROM memories, qs WHERE tsv @@ qs.query AND {where}
     ), terms AS (
         SELECT m.id, u.lexeme, coalesce(array_length(u.positions, 1), 1)::float8 AS tf
@@ -547,15 +557,15 @@ def text_candidates_recount(
                * (%(k1)s + 1) AS qmax
         FROM q LEFT JOIN df ON df.lexeme = q.lexeme CROSS JOIN stats s
     )
-    SELECT x.id, x.created_at, x.pinned, sum(x.c ORDER BY x.c) AS score,
+    SELECT {_columns("x.")}, sum(x.c ORDER BY x.c) AS score,
            min(x.qmax) AS qmax
-    FROM (SELECT m.id, m.created_at, m.pinned, qm.qmax,
+    FROM (SELECT {_columns("m.")}, qm.qmax,
                  ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
                  * t.tf * (%(k1)s + 1)
                  / (t.tf + %(k1)s * (1 - %(b)s + %(b)s * m.dl / s.avgdl)) AS c
           FROM matched m JOIN terms t ON t.id = m.id JOIN df ON df.lexeme = t.lexeme
                CROSS JOIN stats s CROSS JOIN qmax qm) x
-    GROUP BY x.id, x.created_at, x.pinned
+    GROUP BY {_columns("x.")}
     ORDER BY score DESC, x.id
     LIMIT %(n)s
     """
