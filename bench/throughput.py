@@ -290,11 +290,15 @@ def timing_transactions(vault: Any, log: dict[str, float]) -> Iterator[None]:
     def timed(tenant: str) -> Iterator[Any]:
         with orig(tenant) as conn:
             proxy = TimedConn(conn, log)
-            store_db._tenants[proxy] = tenant  # type: ignore[index]  # tenant_of(proxy)
+            # tenant_of(proxy), and the transaction's memo (transaction_memo(proxy): the
+            # tenant's keys are read once per transaction, as without the proxy)
+            store_db._tenants[proxy] = tenant  # type: ignore[index]
+            store_db._memos[proxy] = store_db._memos.get(conn, {})  # type: ignore[index]
             try:
                 yield proxy
             finally:
                 store_db._tenants.pop(proxy, None)  # type: ignore[call-overload]
+                store_db._memos.pop(proxy, None)  # type: ignore[call-overload]
 
     vault.db.transaction = timed
     vault.embedder = TimedEmbedder(embedder, log)

@@ -9,7 +9,10 @@ share is gated by how much of the query the best text match covers) with recency
 terms, lent to the best hits' neighbouring turns in their conversation (the same
 provenance ``run_id``: conversation context, ``recall_context``;
 :mod:`mnemovault.store.neighbours`), then optionally re-ranked
-(:mod:`mnemovault.recall.rerankers`). Archived,
+(:mod:`mnemovault.recall.rerankers`). The two candidate lists are found side by side
+(:func:`_dense_beside`): the query is embedded on a worker thread while the BM25 SQL runs,
+and the nearest rows are read on a spare connection if the BM25 side is still running
+then. Archived,
 superseded and pending-review memories are excluded unless ``filters.include_archived``
 (archived only; the others never). Note that with ``include_archived`` or the other
 filters, BM25's statistics are still those of the scope's live memories.
@@ -55,25 +58,45 @@ def candidate_count(configured: int, k: int) -> int:
 
 _pool: tuple[int, ThreadPoolExecutor] | None = None
 _pool_lock = threading.Lock()
-EMBED_THREADS = 8
-"""Query embeddings in flight at once beside their recalls' SQL (per process)."""
+DENSE_THREADS = 8
+"""Recalls' dense sides in flight at once beside their lexical sides (per process)."""
 
 
-def _embed_beside(rt: Runtime, query: str) -> Future[Any]:
-    """The embedding of ``query``, computed on a worker thread while the caller goes on
-    with the SQL that needs only the query's text (the lexical candidates, the filters):
-    the embedder (torch, or a remote service) and the database each wait on their own,
-    so a recall costs about the longer of the two instead of their sum (issue 27, item 5).
-    The caller's context variables (request id, spans) go with it; an error of the
-    embedder is raised where the result is read. The pool is the process's own: one made
-    before a fork is not reused in the child, whose copy has no threads."""
+def _dense_beside(rt: Runtime, tenant: str, query: str, where: str, params: dict[str, Any],
+                  n: int, lexical_done: threading.Event
+                  ) -> Future[tuple[Any, list[dict[str, Any]] | None]]:
+    """Recall's dense side on a worker thread while the caller runs the lexical side's SQL
+    on its own connection: the query's embedding, then, if the lexical side is still
+    running, the nearest rows on a spare connection (:meth:`~mnemovault.store.db.Database.
+    spare_transaction`); else, or with no spare free, None for them, and the caller runs
+    that query itself once its connection is free. The embedder (torch, or a remote
+    service) and the database each work or wait on their own, so a recall costs about
+    the longer of its two sides instead of their sum (issue 27, item 5).
+
+    The nearest rows read on the spare connection are candidate ids only: the caller
+    reads the rows it returns in its own transaction, through the visibility rule, so a
+    memory changed between the two snapshots is what the caller's transaction sees.
+    The caller's context variables (request id, spans) go with the work; an error is
+    raised where the result is read. The pool is the process's own: one made before a
+    fork is not reused in the child, whose copy has no threads."""
     global _pool
     with _pool_lock:
         if _pool is None or _pool[0] != os.getpid():
-            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=EMBED_THREADS,
-                                                     thread_name_prefix="mv-recall-embed"))
+            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=DENSE_THREADS,
+                                                     thread_name_prefix="mv-recall-dense"))
         pool = _pool[1]
-    return pool.submit(contextvars.copy_context().run, rt.embedder.embed, [query])
+
+    def dense() -> tuple[Any, list[dict[str, Any]] | None]:
+        qvec = rt.embedder.embed([query])[0]
+        if lexical_done.is_set():
+            return qvec, None
+        with rt.db.spare_transaction(tenant) as spare:
+            if spare is None:
+                return qvec, None
+            return qvec, vector_candidates(spare, qvec, where, params, n,
+                                           ef_search=rt.settings.hnsw_ef_search)
+
+    return pool.submit(contextvars.copy_context().run, dense)
 
 
 def checked_time(value: datetime | str | None, field: str) -> datetime | None:
@@ -140,8 +163,6 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
         # the query, scope and subject as they would have been stored (placeholders)
         tr = pii.Translator(rt, conn, who.tenant)
         query = tr(query) or query
-        # the query's embedding runs beside the lexical side, which needs only the text
-        embedding = _embed_beside(rt, query)
         scope = tr(scope) or scope
         subject = tr(f.subject)
         where, params = filter_sql(who.tenant, scope, include_archived=f.include_archived,
@@ -150,12 +171,19 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
                                                         list(f.tags or [])),
                                    since=f.since, until=f.until,
                                    statuses=visibility.recall_statuses(when), as_of=when)
-        key = lexical_terms.tenant_key(rt.pii, conn, who.tenant, create=False)
-        trows = (text_candidates(conn, lexical_terms.query(key, query), where, params, n)
-                 if key is not None else [])  # no secret yet: no keyed terms either
-        qvec = embedding.result()[0]
-        vrows = vector_candidates(conn, qvec, where, params, n,
-                                  ef_search=rt.settings.hnsw_ef_search)
+        # the dense side (embed the query, then its nearest rows) beside the lexical side
+        lexical_done = threading.Event()
+        dense = _dense_beside(rt, who.tenant, query, where, params, n, lexical_done)
+        try:
+            key = lexical_terms.tenant_key(rt.pii, conn, who.tenant, create=False)
+            trows = (text_candidates(conn, lexical_terms.query(key, query), where, params, n)
+                     if key is not None else [])  # no secret yet: no keyed terms either
+        finally:
+            lexical_done.set()
+        qvec, vrows = dense.result()
+        if vrows is None:  # this connection was free first, or no spare one was
+            vrows = vector_candidates(conn, qvec, where, params, n,
+                                      ef_search=rt.settings.hnsw_ef_search)
         meta = {r["id"]: (r["created_at"], r["pinned"]) for r in (*vrows, *trows)}
         vh = [(r["id"], 1.0 - float(r["distance"])) for r in vrows]
         th = [(r["id"], float(r["score"])) for r in trows]

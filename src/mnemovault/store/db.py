@@ -20,7 +20,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from importlib import resources
 from pathlib import Path
@@ -43,6 +43,9 @@ TENANT_SETTING = "mnemovault.tenant_id"
 CHECK_AFTER_IDLE_SECONDS = 1.0
 """A pooled connection unused for longer is checked (an empty query) before it is handed
 out (:meth:`Database._check`)."""
+SPARE_WAIT_SECONDS = 0.002
+"""How long :meth:`Database.spare_transaction` waits for a free pooled connection: about
+nothing (a busy pool gives no spare)."""
 
 # Tenants whose audit chain grew in the current transaction: after it commits, the
 # database's after-commit hooks run for each (the audit log's JSON Lines mirror).
@@ -493,7 +496,35 @@ class Database:
         """
         if self._pool is None:
             self.open()
-        assert self._pool is not None
+        with self._transaction(tenant, self._connection()) as conn:
+            yield conn
+
+    @contextmanager
+    def spare_transaction(self, tenant: str
+                          ) -> Iterator[psycopg.Connection[dict[str, Any]] | None]:
+        """A second :meth:`transaction` for reading beside one already open (recall's
+        dense side beside its lexical side), or None when no pooled connection is free
+        within :data:`SPARE_WAIT_SECONDS`: the caller then does that work on its own
+        connection. Nothing waits for a spare, so requests that each hold one connection
+        cannot deadlock waiting for a second. Its snapshot is its own: use it for what the
+        caller checks again in its transaction (candidate ids, not rows to return)."""
+        pool = self._pool
+        if pool is None:
+            yield None
+            return
+        try:
+            conn = pool.getconn(timeout=SPARE_WAIT_SECONDS)
+        except PoolTimeout:
+            yield None
+            return
+        with self._transaction(tenant, self._held(pool, conn)) as c:
+            yield c
+
+    @contextmanager
+    def _transaction(self, tenant: str,
+                     connection: AbstractContextManager[psycopg.Connection[dict[str, Any]]]
+                     ) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        """:meth:`transaction` on the connection ``connection`` gives."""
         outer = _audited.get()
         pending: set[str] = set()
         token = _audited.set(pending if outer is None else outer)
@@ -501,7 +532,7 @@ class Database:
         writes: dict[str, list[int]] = {}
         writes_token = lexstats._writes.set(writes if outer_writes is None else outer_writes)
         try:
-            with self._connection() as conn, conn.transaction():
+            with connection as conn, conn.transaction():
                 if self.citus:  # signed with the global pid, sent on to the workers
                     citus.set_tenant(conn, TENANT_SETTING,
                                      self._signed(tenant, self._sign_ids[conn]))
@@ -652,6 +683,14 @@ class Database:
                 raise Unavailable(f"database: no connection free within "
                                   f"{self.pool_timeout:g} s (pool_max_size "
                                   f"{self.pool_max_size}); nothing was changed") from None
+        with self._held(pool, conn) as held:
+            yield held
+
+    @contextmanager
+    def _held(self, pool: ConnectionPool[psycopg.Connection[dict[str, Any]]],
+              conn: psycopg.Connection[dict[str, Any]]
+              ) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        """``conn``, taken from ``pool``, back to it afterwards (stamped)."""
         try:
             with conn:
                 yield conn
