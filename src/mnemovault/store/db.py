@@ -454,7 +454,9 @@ class Database:
             self.citus = citus.is_citus(conn)
         self._pool = ConnectionPool(
             self.app_url,
-            min_size=1,
+            # two kept open: a recall's dense side reads on a spare connection beside its
+            # lexical side (spare_transaction), which must not have to wait for a login
+            min_size=min(2, self.pool_max_size),
             max_size=self.pool_max_size,
             kwargs={"row_factory": self._row_factory,
                     "connect_timeout": max(2, math.ceil(self.connect_timeout))},
