@@ -171,13 +171,16 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
                                                         list(f.tags or [])),
                                    since=f.since, until=f.until,
                                    statuses=visibility.recall_statuses(when), as_of=when)
-        # the dense side (embed the query, then its nearest rows) beside the lexical side
+        key = lexical_terms.tenant_key(rt.pii, conn, who.tenant, create=False)
+        terms = lexical_terms.query(key, query) if key is not None else None
+        # the dense side (embed the query, then its nearest rows) beside the lexical side,
+        # started once this thread's Python work before its SQL is done (the two threads
+        # share the GIL; this one waits on the database from here on)
         lexical_done = threading.Event()
         dense = _dense_beside(rt, who.tenant, query, where, params, n, lexical_done)
         try:
-            key = lexical_terms.tenant_key(rt.pii, conn, who.tenant, create=False)
-            trows = (text_candidates(conn, lexical_terms.query(key, query), where, params, n)
-                     if key is not None else [])  # no secret yet: no keyed terms either
+            trows = (text_candidates(conn, terms, where, params, n)
+                     if terms is not None else [])  # no secret yet: no keyed terms either
         finally:
             lexical_done.set()
         qvec, vrows = dense.result()
@@ -206,8 +209,9 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
                 near.setdefault(r["anchor"], []).append((r["id"], int(r["offset"])))
                 meta.setdefault(r["id"], (r["created_at"], r["pinned"]))
                 conv.setdefault(r["id"], conv[r["anchor"]])  # a turn of its anchor's
-            fused = fuse(vh, th, meta, now, w, text_max=tmax, neighbours=near,
-                         conversations=conv, boosts=boost)
+            if near:  # without lent turns the fusion is the plain one already
+                fused = fuse(vh, th, meta, now, w, text_max=tmax, neighbours=near,
+                             conversations=conv, boosts=boost)
         reranker = rerankers.configured(rt.settings)
         if reranker is not None and fused:
             depth = max(k, rt.settings.recall_rerank_depth)
