@@ -26,13 +26,14 @@ Variants (``--variants``):
 Each is reported alone (``learned``), OR the phrase rules (``either``, the default
 sanitiser's shape), and the phrase rules alone.
 
-The embedding of every distinct window text must be cached first (``--cache DIR``:
-``texts.json``, the distinct window texts sorted by length, and ``s<k>_<chunk>.npy`` /
-``.idx.npy`` shards written by the embedding job described in bench/README.md).
+The embedding of every window text used must be cached first (``--cache DIR``:
+``texts.json``, the distinct window texts sorted by length, and ``*.npy`` / ``*.idx.npy``
+chunks: vectors and their rows), by bench/_injection_embed_cache.py with the same ``--cap``.
 
 Usage::
 
-    python bench/_injection_embed_study.py --cache /tmp/det20e/emb --variants emb_lr,hashed
+    python bench/_injection_embed_cache.py --dir /tmp/emb --cap 100
+    python bench/_injection_embed_study.py --cache /tmp/emb --cap 100 --variants hashed,emb_lr
 
 JSON on stdout (and ``--out``), a markdown summary on stderr.
 """
