@@ -272,7 +272,9 @@ def summary_line(name: str, res: dict[str, Any]) -> str:
     ben = [r for r in res["collections"] if r["role"] == "benign"]
     benign = max(r["learned"] for r in ben)
     benign_e = max(r["both"] for r in ben)
-    return (f"| {name} (t={res['threshold']}) | {s['attack']['learned']:.3f} / "
+    t = f"{res['threshold']}" + ("" if res.get("threshold_feasible", True) else
+                                  ", no threshold meets the DEV limits")
+    return (f"| {name} (t={t}) | {s['attack']['learned']:.3f} / "
             f"{s['attack_report']['learned']:.3f} (min {s['attack_min_collection_learned']:.3f})"
             f" | {s['hard_benign']['learned']:.3f} / {s['hard_benign_report']['learned']:.3f} | "
             f"{benign:.4f} |\n| {name} OR rules | {s['attack']['both']:.3f} / "
@@ -355,6 +357,11 @@ def main(argv: list[str] | None = None) -> int:
         scores = {n: scores[n] for n in order}
         t = choose_threshold(scores, by_name)
         res = table(scores, by_name, t, hflags)
+        # whether t keeps the DEV constraints (else no grid value did: t is the grid's top)
+        res["threshold_feasible"] = all(
+            sum(x >= t for x in scores[n]) / max(1, len(scores[n]))
+            <= (0.03 if by_name[n].role == "hard_benign" else 0.01)
+            for n in DEV if n in scores and by_name[n].role != "attack")
         res["at_thresholds"] = {str(x): {n: round(sum(s >= x for s in sc) / max(1, len(sc)), 3)
                                          for n, sc in scores.items()}
                                 for x in (0.5, 0.8, 0.9, 0.95, 0.99)}
