@@ -53,6 +53,7 @@ import numpy as np
 from _common import progress
 from _injection_data import DEV, Collection, load_all
 from train_injection import C_VALUE, GRID, MAX_WINDOWS, SEED, _matrix, heuristic_flags, table
+from train_injection import choose_threshold as choose_on_dev
 from train_injection import train as train_hashed
 
 from mnemovault.guard import learned
@@ -231,24 +232,7 @@ def text_scores(win: np.ndarray, p: Prep) -> list[float]:
 def choose_threshold(scores: dict[str, list[float]], colls: dict[str, Collection],
                      grid: list[float] = FINE_GRID) -> float:
     """train_injection.choose_threshold over ``grid``."""
-    best, best_recall = grid[-1], -1.0
-    for t in grid:
-        ok, hit, n = True, 0, 0
-        for name in DEV:
-            if name not in scores:
-                continue
-            s = scores[name]
-            rate = sum(x >= t for x in s) / max(1, len(s))
-            role = colls[name].role
-            if role == "attack":
-                hit += sum(x >= t for x in s)
-                n += len(s)
-            elif rate > (0.03 if role == "hard_benign" else 0.01):
-                ok = False
-        recall = hit / max(1, n)
-        if ok and recall > best_recall:
-            best, best_recall = t, recall
-    return best
+    return choose_on_dev(scores, colls, grid)
 
 
 def loco(variant: Variant, prepared: dict[str, Prep], emb: np.ndarray) -> dict[str, list[float]]:

@@ -135,11 +135,13 @@ def _group(coll: Collection) -> str:
     return "hard_benign" if coll.role == "hard_benign" else f"benign_{coll.kind}"
 
 
-def choose_threshold(scores: dict[str, list[float]], colls: dict[str, Collection]) -> float:
-    """The threshold with the highest pooled attack recall on the DEV collections that keeps
-    their benign false positives <= 0.01 and hard benign <= 0.03 (each collection)."""
-    best, best_recall = 0.99, -1.0
-    for t in GRID:
+def choose_threshold(scores: dict[str, list[float]], colls: dict[str, Collection],
+                     grid: list[float] = GRID) -> float:
+    """The threshold of ``grid`` with the highest pooled attack recall on the DEV collections
+    that keeps their benign false positives <= 0.01 and hard benign <= 0.03 (each
+    collection); the highest of ``grid`` when none does."""
+    best, best_recall = grid[-1], -1.0
+    for t in grid:
         ok, hit, n = True, 0, 0
         for name in DEV:
             if name not in scores:
