@@ -21,9 +21,12 @@ filters, BM25's statistics are still those of the scope's live memories.
 from __future__ import annotations
 
 import contextvars
+import functools
+import logging
 import os
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -33,7 +36,7 @@ from pydantic import ValidationError as PydanticValidationError
 from mnemovault import validation as checked
 from mnemovault import visibility
 from mnemovault.auth import Principal
-from mnemovault.errors import ValidationError
+from mnemovault.errors import MnemoError, ValidationError
 from mnemovault.models import Hit, Memory, RecallFilters
 from mnemovault.pii import service as pii
 from mnemovault.recall import rerankers
@@ -46,6 +49,8 @@ from mnemovault.store import neighbours
 from mnemovault.store.search import filter_sql, text_candidates, vector_candidates
 from mnemovault.validation import TIME_RULE, Timestamp, validation_error_from_pydantic
 
+log = logging.getLogger(__name__)
+
 HNSW_MAX_CANDIDATES = 1000
 """pgvector's ``hnsw.ef_search`` limit: an HNSW scan cannot return more rows than that."""
 
@@ -56,47 +61,97 @@ def candidate_count(configured: int, k: int) -> int:
     return max(1, min(max(configured, k), HNSW_MAX_CANDIDATES))
 
 
-_pool: tuple[int, ThreadPoolExecutor] | None = None
-_pool_lock = threading.Lock()
-DENSE_THREADS = 8
-"""Recalls' dense sides in flight at once beside their lexical sides (per process)."""
+DENSE_THREADS = 16
+"""Recalls' dense sides in flight at once on worker threads, per process; a recall that
+finds every one busy embeds on its own thread, after its lexical side (nothing queues)."""
+
+_workers: ThreadPoolExecutor | None = None
+_slots = threading.BoundedSemaphore(DENSE_THREADS)
+_workers_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of its parent's threads: it makes its own pool and lock."""
+    global _workers, _slots, _workers_lock
+    _workers, _slots, _workers_lock = (None, threading.BoundedSemaphore(DENSE_THREADS),
+                                       threading.Lock())
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _Dense:
+    """Recall's dense side: ``result()`` gives ``(query vector, nearest rows or None)``;
+    ``settle()`` waits until no work of it runs any more (after the lexical side failed)."""
+
+    def __init__(self, future: Future[tuple[Any, list[dict[str, Any]] | None]] | None,
+                 inline: Callable[[], Any] | None = None) -> None:
+        self._future, self._inline = future, inline
+
+    def result(self) -> tuple[Any, list[dict[str, Any]] | None]:
+        if self._future is None:
+            assert self._inline is not None
+            return self._inline()[0], None
+        return self._future.result()
+
+    def settle(self) -> None:
+        if self._future is None:
+            return
+        if self._future.cancel():  # it never ran: its slot is still taken
+            _slots.release()
+        else:
+            wait([self._future])
 
 
 def _dense_beside(rt: Runtime, tenant: str, query: str, where: str, params: dict[str, Any],
-                  n: int, lexical_done: threading.Event
-                  ) -> Future[tuple[Any, list[dict[str, Any]] | None]]:
+                  n: int, lexical_done: threading.Event) -> _Dense:
     """Recall's dense side on a worker thread while the caller runs the lexical side's SQL
     on its own connection: the query's embedding, then, if the lexical side is still
     running, the nearest rows on a spare connection (:meth:`~mnemovault.store.db.Database.
-    spare_transaction`); else, or with no spare free, None for them, and the caller runs
-    that query itself once its connection is free. The embedder (torch, or a remote
-    service) and the database each work or wait on their own, so a recall costs about
-    the longer of its two sides instead of their sum (issue 27, item 5).
+    spare_transaction`); else, with no spare free, or if the spare's query fails, None for
+    them, and the caller runs that query itself once its connection is free. The embedder
+    (torch, or a remote service) and the database each work or wait on their own, so a
+    recall costs about the longer of its two sides instead of their sum (issue 27, item 5).
+    With all :data:`DENSE_THREADS` busy the caller embeds on its own thread instead.
 
     The nearest rows read on the spare connection are candidate ids only: the caller
-    reads the rows it returns in its own transaction, through the visibility rule, so a
-    memory changed between the two snapshots is what the caller's transaction sees.
-    The caller's context variables (request id, spans) go with the work; an error is
-    raised where the result is read. The pool is the process's own: one made before a
-    fork is not reused in the child, whose copy has no threads."""
-    global _pool
-    with _pool_lock:
-        if _pool is None or _pool[0] != os.getpid():
-            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=DENSE_THREADS,
-                                                     thread_name_prefix="mv-recall-dense"))
-        pool = _pool[1]
+    reads the rows it returns in its own transaction, through the visibility rule (each
+    statement has its own snapshot under read committed anyway). The caller's context
+    variables (request id, spans) go with the work; an embedder's error is raised where
+    the result is read. A forked child makes its own pool (:func:`_after_fork_in_child`)."""
+    global _workers
+    embed = functools.partial(rt.embedder.embed, [query])
+    if not _slots.acquire(blocking=False):
+        return _Dense(None, inline=embed)
+    try:
+        with _workers_lock:
+            if _workers is None:
+                _workers = ThreadPoolExecutor(max_workers=DENSE_THREADS,
+                                              thread_name_prefix="mv-recall-dense")
+            workers = _workers
+    except BaseException:
+        _slots.release()
+        raise
 
     def dense() -> tuple[Any, list[dict[str, Any]] | None]:
-        qvec = rt.embedder.embed([query])[0]
-        if lexical_done.is_set():
-            return qvec, None
-        with rt.db.spare_transaction(tenant) as spare:
-            if spare is None:
+        try:
+            qvec = embed()[0]
+            if lexical_done.is_set():
                 return qvec, None
-            return qvec, vector_candidates(spare, qvec, where, params, n,
-                                           ef_search=rt.settings.hnsw_ef_search)
+            try:
+                with rt.db.spare_transaction(tenant) as spare:
+                    if spare is None:
+                        return qvec, None
+                    return qvec, vector_candidates(spare, qvec, where, params, n,
+                                                   ef_search=rt.settings.hnsw_ef_search)
+            except MnemoError as exc:  # the caller's own connection tries again
+                log.debug("recall: the spare connection's query failed (%s)",
+                          type(exc).__name__)
+                return qvec, None
+        finally:
+            _slots.release()
 
-    return pool.submit(contextvars.copy_context().run, dense)
+    return _Dense(workers.submit(contextvars.copy_context().run, dense))
 
 
 def checked_time(value: datetime | str | None, field: str) -> datetime | None:
@@ -181,8 +236,11 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
         try:
             trows = (text_candidates(conn, terms, where, params, n)
                      if terms is not None else [])  # no secret yet: no keyed terms either
-        finally:
+        except BaseException:
             lexical_done.set()
+            dense.settle()  # no work of this recall outlives it
+            raise
+        lexical_done.set()
         qvec, vrows = dense.result()
         if vrows is None:  # this connection was free first, or no spare one was
             vrows = vector_candidates(conn, qvec, where, params, n,

@@ -31,7 +31,7 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from mnemovault.config import Settings
 from mnemovault.errors import ConfigError, Conflict, InternalError, MnemoError, Unavailable
@@ -514,9 +514,13 @@ class Database:
         if pool is None:
             yield None
             return
+        # none ready: no wait, and no login started for it (getconn would grow the pool)
+        if pool.get_stats().get("pool_available", 0) == 0:
+            yield None
+            return
         try:
             conn = pool.getconn(timeout=SPARE_WAIT_SECONDS)
-        except PoolTimeout:
+        except (PoolTimeout, PoolClosed):
             yield None
             return
         with self._transaction(tenant, self._held(pool, conn)) as c:
