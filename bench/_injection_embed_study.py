@@ -52,7 +52,16 @@ from typing import Any
 import numpy as np
 from _common import progress
 from _injection_data import DEV, Collection, load_all
-from train_injection import C_VALUE, GRID, MAX_WINDOWS, SEED, _matrix, heuristic_flags, table
+from train_injection import (
+    C_VALUE,
+    GRID,
+    MAX_WINDOWS,
+    SEED,
+    _matrix,
+    heuristic_flags,
+    table,
+    window_label,
+)
 from train_injection import choose_threshold as choose_on_dev
 from train_injection import train as train_hashed
 
@@ -81,14 +90,7 @@ class Prep:
                 self.win_emb.append(key[text[w.start:w.end]])
                 self.win_slots.append(sorted(w.slots))
                 self.win_text.append(n)
-                if not attack:
-                    y = 0
-                elif span is None:
-                    y = 1
-                else:
-                    overlap = min(w.end, span[1]) - max(w.start, span[0])
-                    y = 1 if overlap >= min(40, span[1] - span[0]) else 0
-                labelled.append((first + j, y))
+                labelled.append((first + j, window_label(w, attack, span)))
             if len(labelled) > MAX_WINDOWS:  # exactly as train_injection.Prepared
                 pos = [x for x in labelled if x[1]]
                 rest = [x for x in labelled if not x[1]]

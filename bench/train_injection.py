@@ -56,6 +56,18 @@ SEED = 7
 GRID = [round(x, 3) for x in np.arange(0.30, 0.991, 0.01)]
 
 
+def window_label(w: Any, attack: bool, span: tuple[int, int] | None) -> int:
+    """A window's training label: 1 for a window of an attack text that holds its attack
+    (the whole text when ``span`` is None; else at least 40 characters of the span, or all
+    of a shorter one), 0 otherwise."""
+    if not attack:
+        return 0
+    if span is None:
+        return 1
+    overlap = min(w.end, span[1]) - max(w.start, span[0])
+    return 1 if overlap >= min(40, span[1] - span[0]) else 0
+
+
 class Prepared:
     """A collection's texts as windows: feature rows, labels, and which text each is of."""
 
@@ -72,14 +84,7 @@ class Prepared:
             self.text_rows.append(rows)  # type: ignore[arg-type]
             labelled = []
             for w, r in zip(ws, rows, strict=True):
-                if not attack:
-                    y = 0
-                elif span is None:
-                    y = 1
-                else:
-                    overlap = min(w.end, span[1]) - max(w.start, span[0])
-                    y = 1 if overlap >= min(40, span[1] - span[0]) else 0
-                labelled.append((r, y))
+                labelled.append((r, window_label(w, attack, span)))
             if len(labelled) > MAX_WINDOWS:
                 pos = [x for x in labelled if x[1]]
                 rest = [x for x in labelled if not x[1]]
