@@ -245,12 +245,12 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
         if vrows is None:  # this connection was free first, or no spare one was
             vrows = vector_candidates(conn, qvec, where, params, n,
                                       ef_search=rt.settings.hnsw_ef_search)
-        meta = {r["id"]: (r["created_at"], r["pinned"]) for r in (*vrows, *trows)}
+        candidates = {r["id"]: r for r in (*vrows, *trows)}
+        meta = {i: (r["created_at"], r["pinned"]) for i, r in candidates.items()}
         vh = [(r["id"], 1.0 - float(r["distance"])) for r in vrows]
         th = [(r["id"], float(r["score"])) for r in trows]
         now, w = datetime.now(UTC), rt.weights
         tmax = float(trows[0]["qmax"]) if trows else None
-        candidates = {r["id"]: r for r in (*vrows, *trows)}
         boosted = [i for i, r in candidates.items() if r["rank_boost"]]  # librarian's facts
         boost = store_librarian.boosts(conn, who.tenant, boosted) if boosted else {}
         fused = fuse(vh, th, meta, now, w, text_max=tmax, boosts=boost)
