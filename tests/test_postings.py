@@ -243,6 +243,35 @@ def test_common_terms_terminate_early_and_rank_exactly(vault: MemoryVault,
 
 
 @pytest.mark.usefixtures("maxscore")
+@pytest.mark.parametrize("probe_cost, way", [(1e-9, "probe"), (1e9, "scan")])
+def test_non_essential_terms_probed_or_scanned_rank_alike(
+        vault: MemoryVault, tenant: str, monkeypatch: pytest.MonkeyPatch,
+        probe_cost: float, way: str) -> None:
+    """The non-essential terms' part of the candidates' scores, by a probe per candidate
+    or by one scan of those terms' postings (the cost constant picks), gives the
+    recount's ranking either way; with every term essential θ comes from the partial
+    scores (no probe)."""
+    monkeypatch.setattr(search, "POSTINGS_PROBE_COST", probe_cost)
+    rng = random.Random(5)
+    common = ("alpha", "bravo", "charlie", "delta")
+    filler = tuple(f"w{i}" for i in range(40))
+    texts = [" ".join(rng.sample(common, rng.randint(1, 3))
+                      + rng.choices(filler, k=rng.randint(1, 8))) for _ in range(1200)]
+    _insert(vault, tenant, "ways", texts)
+    seen: dict[str, set[Any]] = {"nonessential_by": set(), "theta_from": set()}
+    for query, n in (("alpha bravo charlie delta", 10), ("alpha w3", 40),
+                     ("w1 w2 alpha", 20), ("w5 w6", 100), ("bravo delta w9", 5)):
+        fast, slow, explain = _top(vault, tenant, "ways", query, n)
+        _same_ranking(fast, slow)
+        assert explain["path"] == "postings", explain
+        for k in seen:
+            seen[k].add(explain[k])
+        assert explain["theta_from"] == ("seeds" if explain["nonessential"] else "partial")
+    assert seen["nonessential_by"] == {way, None}, seen
+    assert seen["theta_from"] == {"seeds", "partial"}, seen
+
+
+@pytest.mark.usefixtures("maxscore")
 def test_a_failed_estimate_takes_a_second_pass(vault: MemoryVault, tenant: str,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A threshold guessed too high makes the non-essential terms too many: the pass sees

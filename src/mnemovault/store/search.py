@@ -304,12 +304,16 @@ SELECT count(*) AS seen, coalesce(min(score), 0) AS theta FROM scored
 # One pass of MaxScore over the postings (see _postings_top). ``part``: the essential
 # terms' partial score of every memory holding one of them (an index-only scan per term);
 # ``seed``: the best of those by partial score, scored exactly (one primary-key probe
-# each); θ: their n-th exact score, or ``floor`` if higher, at most the true n-th score;
+# each; with no non-essential term the partial score is the score, and the n-th best of
+# ``part`` is read without probes); θ: their n-th exact score, or ``floor`` if higher, at
+# most the true n-th score;
 # ``cand``: the memories whose partial score plus the most the non-essential terms can add
 # at their length (``bne``, by length) reaches θ. The non-essential terms' part of their
 # scores comes from a probe per candidate when there are few (at most ``probe_max``),
-# else from a scan of those terms' postings (the planner runs only the branch whose
-# one-time filter holds). The best by that score (and all within ``eps`` of the n-th)
+# else from one scan of those terms' postings, summed per memory and joined to the
+# candidates by hash (MATERIALIZED: a semi-join to ``cand`` let the planner turn the scan
+# into a heap probe per candidate, 14 µs each). The planner runs only the branch whose
+# one-time filter holds. The best by that score (and all within ``eps`` of the n-th)
 # are scored again summing the contributions in increasing order (``ORDER BY``), so that
 # equal contributions give bit-identical sums and ties go by id, as in the recount.
 _PASS_SQL = """
@@ -328,10 +332,14 @@ part AS MATERIALIZED (
 ), seed_score AS (
     SELECT x.memory_id, sum(w.c) AS score FROM seed x CROSS JOIN LATERAL (%(exact)s) w
     GROUP BY x.memory_id ORDER BY score DESC LIMIT %(n)s
+), ps_top AS (
+    SELECT ps FROM part ORDER BY ps DESC LIMIT %(n)s
 ), theta AS MATERIALIZED (
-    SELECT greatest(%(floor)s::float8,
-                    CASE WHEN count(*) >= %(n)s THEN min(score) ELSE 0 END) AS theta
-    FROM seed_score
+    SELECT greatest(%(floor)s::float8, CASE
+        WHEN %(ps_exact)s THEN (SELECT CASE WHEN count(*) >= %(n)s THEN min(ps) ELSE 0 END
+                                FROM ps_top)
+        ELSE (SELECT CASE WHEN count(*) >= %(n)s THEN min(score) ELSE 0 END
+              FROM seed_score) END) AS theta
 ), cand AS MATERIALIZED (
     SELECT part.memory_id, part.ps FROM part, theta
     WHERE part.ps + (%(bne)s::float8[])[least(part.dl, %(cap)s) + 1] >= theta.theta - %(eps)s
@@ -341,13 +349,12 @@ part AS MATERIALIZED (
     SELECT x.memory_id, sum(w.c) AS s FROM cand x CROSS JOIN LATERAL (%(exact_ne)s) w
     WHERE (SELECT k FROM ncand) <= %(probe_max)s
     GROUP BY x.memory_id
-), ne_scan AS (
+), ne_scan AS MATERIALIZED (
     SELECT p.memory_id, sum(ne.idf * p.tf * (%(k1)s + 1)
                / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * p.dl / %(avgdl)s))) AS s
     FROM ne JOIN lexical_postings p ON p.tenant_id = %(tenant)s AND p.scope = %(scope)s
                                     AND p.lexeme = ne.lexeme
     WHERE (SELECT k FROM ncand) > %(probe_max)s
-      AND p.memory_id IN (SELECT memory_id FROM cand)
     GROUP BY p.memory_id
 ), fast AS MATERIALIZED (
     SELECT c.memory_id, c.ps + coalesce(np.s, ns.s, 0) AS score
@@ -473,18 +480,26 @@ def _postings_pass(conn: psycopg.Connection[Any], params: dict[str, Any], ess: l
     """One run of :data:`_PASS_SQL` with essential terms ``ess`` and non-essential ``ne``:
     its rows (the top n, exact if θ holds) and θ."""
     lexemes = ess + ne
+    probe_max = int(sum(df[lx] for lx in ne) / POSTINGS_PROBE_COST)
     rows = conn.execute(_PASS_SQL, {
         "e_lx": ess, "e_idf": [idf[lx] for lx in ess],
-        "ne_lx": ne, "ne_idf": [idf[lx] for lx in ne],
-        "probe_max": int(sum(df[lx] for lx in ne) / POSTINGS_PROBE_COST),
+        "ne_lx": ne, "ne_idf": [idf[lx] for lx in ne], "probe_max": probe_max,
         "a_lx": lexemes, "a_idf": [idf[lx] for lx in lexemes],
         "k1": k1, "b": b, "avgdl": avgdl, "tenant": params["tenant"],
         "scope": params["scope"], "n": n, "seeds": 2 * n, "floor": floor, "bne": bne,
+        "ps_exact": not ne,
         "cap": POSTINGS_DL_CAP, "eps": eps, "qmax": qmax}).fetchall()
     theta = float(rows[0]["theta"]) if rows else 0.0
     if explain is not None:
+        cands = int(rows[0]["cands"]) if rows else 0
         explain.update(path="postings", passes=attempt, essential=ess, nonessential=ne,
-                       theta=theta, candidates=int(rows[0]["cands"]) if rows else 0,
+                       theta=theta, candidates=cands,
+                       # where θ came from: the partial scores (exact: no non-essential
+                       # term) or exact scores of the best by them; the non-essential
+                       # terms' part: a probe per candidate or a scan of their postings
+                       theta_from="seeds" if ne else "partial",
+                       nonessential_by=(("probe" if cands <= probe_max else "scan")
+                                        if ne else None),
                        partial=int(rows[0]["parts"]) if rows else 0,
                        read=sum(df[lx] for lx in ess), df=sum(df.values()))
     for r in rows:
