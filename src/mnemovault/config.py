@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -43,6 +44,9 @@ class Settings(BaseSettings):
     app_database_url: str | None = None
     app_password: SecretStr | None = None
     pool_max_size: int = 8
+    # the embedded server's shared_buffers: "auto" (a quarter of memory, 128 MB to 1 GB)
+    # or a PostgreSQL size such as "512MB" (store/embedded.py: shared_buffers_for)
+    embedded_shared_buffers: str = "auto"
 
     embedder: Literal["local", "openai"] = "local"
     embed_model: str | None = None
@@ -244,6 +248,18 @@ class Settings(BaseSettings):
     # threshold chosen on the development collections (bench/train_injection.py)
     injection_detectors: list[str] = Field(default_factory=lambda: ["learned", "heuristic"])
     injection_threshold: float = 0.96
+
+    @field_validator("embedded_shared_buffers")
+    @classmethod
+    def _shared_buffers(cls, v: str) -> str:
+        v = v.strip()
+        m = re.fullmatch(r"(\d+)\s*(kB|MB|GB)", v)
+        kb = int(m[1]) << {"kB": 0, "MB": 10, "GB": 20}[m[2]] if m else 0
+        if v != "auto" and kb < 128 << 10:
+            raise ValueError("MNEMOVAULT_EMBEDDED_SHARED_BUFFERS must be auto or a size "
+                             "in kB, MB or GB of at least 128 MB, such as 512MB "
+                             f"(got {v!r})")
+        return v
 
     @field_validator("injection_threshold")
     @classmethod

