@@ -475,7 +475,7 @@ def test_text_candidates_read_the_postings_on_one_shard(
             assert len(plans) == 2  # the statistics, one pass
         else:
             assert explain["nonessential"] and explain["read"] < explain["df"], explain
-            assert len(plans) >= 4  # the statistics, the heads, the seed, a pass
+            assert len(plans) >= 3  # the statistics, the heads, a pass (or two)
         assert sum("lexical_postings" in p for p in plans) == len(plans)
         for plan in plans:
             assert "Task Count: 1" in plan, plan
