@@ -13,16 +13,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import numpy as np
 import psycopg
 
 from mnemovault.store.db import tenant_of
 from mnemovault.store.lexstats import SCOPE_STATS, TERM_STATS
 from mnemovault.store.visibility import valid_at
-
-if TYPE_CHECKING:
-    import numpy as np
 
 _STATUSES = ("active", "pending_review", "superseded")  # memories.status (migration 0001)
 
@@ -419,14 +417,19 @@ def _postings_top(conn: psycopg.Connection[Any], params: dict[str, Any],
         groups[h["lexeme"]].append((int(h["tf"]), int(h["dl"])))
     if any(not g for g in groups.values()):
         return None  # a term the statistics know has no postings: they are not kept
-    # by_len[t][d]: the most term t adds to a memory of length d (d = cap: any d >= cap)
-    by_len: dict[str, list[float]] = {}
+    # by_len[t][d]: the most term t adds to a memory of length d (d = cap: any d >= cap),
+    # computed as _weight does, operation by operation (the same doubles), over all d at once
+    by_len: dict[str, np.ndarray[Any, Any]] = {}
+    lengths = np.arange(cap, dtype=np.float64)
     for lx, gs in groups.items():
-        row = [max((_weight(idf[lx], tf, d, avgdl, k1, b) for tf, dmin in gs if dmin <= d),
-                   default=0.0) for d in range(cap)]
-        row.append(max(_weight(idf[lx], tf, max(cap, dmin), avgdl, k1, b) for tf, dmin in gs))
+        row = np.zeros(cap + 1)
+        for tf, dmin in gs:
+            w = idf[lx] * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths / avgdl))
+            w[:min(dmin, cap)] = 0.0  # this group holds no memory shorter than dmin
+            np.maximum(row[:cap], w, out=row[:cap])
+            row[cap] = max(row[cap], _weight(idf[lx], tf, max(cap, dmin), avgdl, k1, b))
         by_len[lx] = row
-    bound = {lx: max(row) for lx, row in by_len.items()}
+    bound = {lx: float(row.max()) for lx, row in by_len.items()}
     order = sorted(lexemes, key=lambda lx: (bound[lx], lx))  # weakest first
 
     def split(theta: float) -> int:
@@ -444,9 +447,11 @@ def _postings_top(conn: psycopg.Connection[Any], params: dict[str, Any],
     floor, cut = 0.0, split(_estimate_theta(present, idf, n))
     for attempt in (1, 2):
         ne = order[:cut]
-        bne = [sum(by_len[lx][d] for lx in ne) for d in range(cap + 1)]
+        bne = np.zeros(cap + 1)
+        for lx in ne:  # in order, as a sum over them would add
+            bne += by_len[lx]
         rows, theta = _postings_pass(conn, params, order[cut:], ne, idf, df, avgdl, qmax, n,
-                                     k1, b, floor, bne, eps, attempt, explain)
+                                     k1, b, floor, bne.tolist(), eps, attempt, explain)
         if not ne or (rows and sum(bound[lx] for lx in ne) < theta - eps):
             return rows
         floor, cut = theta, split(theta)
