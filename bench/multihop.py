@@ -38,9 +38,9 @@ import recall_eval as rev
 from _common import environment, quiet_logging, stop_embedded
 from locomo_recall import CATEGORY_NAMES, GROUPS, KS, normalise_questions, session_of
 
-GRID_HITS = (2, 3, 5)
-GRID_TERMS = (4, 8, 16)
-GRID_WEIGHTS = (0.2, 0.35, 0.5)
+GRID_HITS = (3, 5)
+GRID_TERMS = (4, 8)
+GRID_WEIGHTS = (0.35, 0.5)
 TUNE_SCOPE = "conv-26"  # LoCoMo's first conversation
 
 _T0 = time.perf_counter()

@@ -26,6 +26,12 @@ restricted to what the first step's best hits carry:
    with weight ``recall_multihop_weight``: ``s = s_1 + β · s_2`` (``s_1 = 0`` for a memory
    the first step did not rank). The first ranking stays the main evidence; a memory both
    steps like rises, one only the second step finds enters if it is strong there.
+   ``β`` is ``recall_multihop_weight`` times the first step's lexical gate ``s(q)`` (the
+   share the ``gated`` fusion gives its text side, as the context stage's loans): a bridge
+   is a named thing (a rare term the best hit shares with the query); when the first
+   ranking is by meaning alone (a paraphrase, a preference the question never names) its
+   best hits name nothing the question needs, and without the gate the second step cost
+   MADial-Bench and the preference set recall (``bench/results/multihop_ungated.json``).
 
 Nothing else is read: no text leaves the database, the terms stay keyed hashes, and every
 row comes through the first step's filters, so the visibility and tenant rules are the
@@ -43,8 +49,18 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from mnemovault.recall.ranking import Fused, FusionWeights, fuse
+from mnemovault.recall.ranking import Fused, FusionWeights, fuse, text_share
 from mnemovault.store.search import hop_sources, text_candidates, vector_candidates
+
+
+def gate(text_hits: Sequence[tuple[Any, float]], text_max: float | None,
+         w: FusionWeights) -> float:
+    """The share of ``recall_multihop_weight`` the second step gets: the first step's
+    lexical gate ``s(q)`` (:func:`~mnemovault.recall.ranking.text_share`) under the
+    ``gated`` fusion, 1 otherwise (module docstring)."""
+    if w.method != "gated" or w.vector <= 0:
+        return 1.0
+    return text_share(max((x for _, x in text_hits), default=0.0), text_max, w)
 
 
 def expansion_terms(lexemes: Sequence[dict[str, Any]], query_terms: Sequence[str],

@@ -274,7 +274,8 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
             fused = multihop.second_step(
                 conn, fused, qvec, terms, where, params, n, now, w,
                 hits=rt.settings.recall_multihop_hits, expand=rt.settings.recall_multihop_terms,
-                weight=rt.settings.recall_multihop_weight, ef_search=rt.settings.hnsw_ef_search)
+                weight=rt.settings.recall_multihop_weight * multihop.gate(th, tmax, w),
+                ef_search=rt.settings.hnsw_ef_search)
         reranker = rerankers.configured(rt.settings)
         if reranker is not None and fused:
             depth = max(k, rt.settings.recall_rerank_depth)
