@@ -84,6 +84,15 @@ class Settings(BaseSettings):
     # within this gap (mnemovault.recall.ranking); False: the plain fusion
     recall_context: bool = True
     recall_context_gap_seconds: float = Field(default=1800.0, ge=0.0)
+    # recall's second step (mnemovault.recall.multihop): the first step's best hits lend
+    # the query their rarest terms and their embeddings, a second BM25 and dense query is
+    # fused into the first ranking with this weight (times the lexical gate); off: one step.
+    # Off by default: on held-out sets it loses session recall and the preference set
+    # (bench/README.md, bench/results/multihop.json); hits/terms/weight chosen on conv-26
+    recall_multihop: bool = False
+    recall_multihop_hits: int = Field(default=3, ge=1, le=20)
+    recall_multihop_terms: int = Field(default=4, ge=0, le=64)
+    recall_multihop_weight: float = Field(default=0.5, ge=0.0, le=1.0)
     # optional re-ranker: a local cross-encoder directory (never downloaded), and how many
     # fused hits it re-scores (mnemovault.recall.rerankers)
     recall_reranker: Path | None = None

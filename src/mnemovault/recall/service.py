@@ -39,7 +39,7 @@ from mnemovault.auth import Principal
 from mnemovault.errors import MnemoError, ValidationError
 from mnemovault.models import Hit, Memory, RecallFilters
 from mnemovault.pii import service as pii
-from mnemovault.recall import rerankers
+from mnemovault.recall import multihop, rerankers
 from mnemovault.recall import terms as lexical_terms
 from mnemovault.recall.ranking import fuse, rerank
 from mnemovault.runtime import Runtime
@@ -270,6 +270,12 @@ def recall(rt: Runtime, who: Principal, query: str, *, scope: str, k: int = 10,
             if near:  # without lent turns the fusion is the plain one already
                 fused = fuse(vh, th, meta, now, w, text_max=tmax, neighbours=near,
                              conversations=conv, boosts=boost)
+        if rt.settings.recall_multihop and fused:  # the second step (recall/multihop.py)
+            fused = multihop.second_step(
+                conn, fused, qvec, terms, where, params, n, now, w,
+                hits=rt.settings.recall_multihop_hits, expand=rt.settings.recall_multihop_terms,
+                weight=rt.settings.recall_multihop_weight * multihop.gate(th, tmax, w),
+                ef_search=rt.settings.hnsw_ef_search)
         reranker = rerankers.configured(rt.settings)
         if reranker is not None and fused:
             depth = max(k, rt.settings.recall_rerank_depth)

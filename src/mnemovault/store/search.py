@@ -605,3 +605,26 @@ def lexical_recount(conn: psycopg.Connection[Any], scope: str) -> dict[str, Any]
         "AND NOT m.archived GROUP BY u.lexeme", (tenant, scope))}
     assert row is not None  # an aggregate always answers one row
     return {"doc_count": int(row["n"]), "total_length": int(row["len"]), "df": df}
+
+
+def hop_sources(conn: psycopg.Connection[Any], ids: Sequence[Any], where: str,
+                params: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What recall's second step (:mod:`mnemovault.recall.multihop`) reads of the first
+    step's best hits ``ids``, through the same ``where`` as the first step (a memory the
+    filters or the visibility rule exclude gives nothing): their embeddings (rows ``id``,
+    ``embedding``), and their lexemes (the keyed hashes of ``tsv``) with the number of
+    those hits holding each (``hits``), its document frequency in the scope (``df``, the
+    maintained statistics BM25 reads) and the scope's ``doc_count``."""
+    p = {**params, "hop_ids": list(ids)}
+    vecs = conn.execute(
+        f"SELECT id, embedding FROM memories WHERE {where} AND id = ANY(%(hop_ids)s)",
+        p).fetchall()
+    lexemes = conn.execute(
+        f"WITH h AS MATERIALIZED (SELECT tsv FROM memories WHERE {where} "
+        "AND id = ANY(%(hop_ids)s)), "
+        "u AS (SELECT x.lexeme, count(*) AS hits FROM h, unnest(h.tsv) x GROUP BY x.lexeme) "
+        "SELECT u.lexeme, u.hits, d.df, s.doc_count FROM u "
+        f"CROSS JOIN ({SCOPE_STATS}) s "
+        f"CROSS JOIN LATERAL ({TERM_STATS.format(lexeme='u.lexeme')}) d",
+        p).fetchall()
+    return vecs, lexemes
