@@ -383,14 +383,10 @@ def clear_stale_postmaster(pgdata: Path, *, wait: float = ORPHAN_WAIT_SECONDS) -
         Unavailable: processes of the old server still run after ``wait`` seconds.
     """
     pid_file = pgdata / "postmaster.pid"
-    try:
-        lines = pid_file.read_text().splitlines()
-    except FileNotFoundError:
+    named = _pid_file(pgdata)
+    if named is None:
         return False
-    try:
-        pid = int(lines[0])
-    except (IndexError, ValueError):
-        pid = 0
+    pid, socket_dir = named
     if pid > 0 and _postmaster_alive(pgdata, pid):
         return False
     deadline = time.monotonic() + wait
@@ -400,9 +396,7 @@ def clear_stale_postmaster(pgdata: Path, *, wait: float = ORPHAN_WAIT_SECONDS) -
                 f"the embedded PostgreSQL in {pgdata} is not running, but processes of it "
                 f"are (PIDs {left}); stop them, then start again")
         time.sleep(0.2)
-    socket_dirs = {pgdata}
-    if len(lines) > 4 and lines[4].strip():
-        socket_dirs.add(Path(lines[4].strip()))
+    socket_dirs = {pgdata} | ({socket_dir} if socket_dir is not None else set())
     for d in socket_dirs:
         for lock_file in d.glob(".s.PGSQL.*.lock"):
             with suppress(OSError):
@@ -413,13 +407,30 @@ def clear_stale_postmaster(pgdata: Path, *, wait: float = ORPHAN_WAIT_SECONDS) -
     return True
 
 
+def _pid_file(pgdata: Path) -> tuple[int, Path | None] | None:
+    """What ``pgdata``'s ``postmaster.pid`` names: the postmaster's PID (0 when the first
+    line is not one: a file being written, or damaged) and its unix socket directory (the
+    fifth line, None when absent); None when there is no such file. Other read errors
+    (permissions) are raised."""
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    try:
+        pid = int(lines[0])
+    except (IndexError, ValueError):
+        pid = 0
+    socket_dir = lines[4].strip() if len(lines) > 4 else ""
+    return pid, (Path(socket_dir) if socket_dir else None)
+
+
 def _running(pgdata: Path) -> bool:
     """Whether a postmaster of ``pgdata`` runs (its ``postmaster.pid`` names a live one)."""
     try:
-        pid = int((pgdata / "postmaster.pid").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
+        named = _pid_file(pgdata)
+    except OSError:
         return False
-    return _postmaster_alive(pgdata, pid)
+    return named is not None and named[0] > 0 and _postmaster_alive(pgdata, named[0])
 
 
 def pgdata_dir(data_dir: Path) -> Path:
